@@ -1,0 +1,72 @@
+"""GET /api/previews and DELETE /api/previews/{deploymentId}."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import UTC, datetime
+
+import falcon
+from falcon.asgi import Request, Response
+
+from orchestrator.dispatcher import Dispatcher
+from orchestrator.inbox import Inbox
+from orchestrator.models import CleanupResult, DeploymentList, PullRequestEvent
+from orchestrator.naming import is_valid_deployment_id
+from orchestrator.store import DeploymentStore
+
+log = logging.getLogger("orchestrator.previews")
+
+
+class PreviewListResource:
+    def __init__(self, store: DeploymentStore) -> None:
+        self._store = store
+
+    async def on_get(self, req: Request, resp: Response) -> None:
+        data = await asyncio.to_thread(self._store.read)
+        body = DeploymentList(deployments=list(data.deployments.values()))
+        resp.media = body.model_dump(mode="json")
+
+
+class PreviewResource:
+    """Manual cleanup goes through the inbox like a `closed` event, so it never races a running flow."""
+
+    def __init__(self, store: DeploymentStore, inbox: Inbox, dispatcher: Dispatcher) -> None:
+        self._store = store
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+
+    async def on_delete(self, req: Request, resp: Response, deployment_id: str) -> None:
+        if not is_valid_deployment_id(deployment_id):
+            raise falcon.HTTPBadRequest(description="Invalid deployment id")
+        data = await asyncio.to_thread(self._store.read)
+        record = data.deployments.get(deployment_id)
+        if record is None:
+            raise falcon.HTTPNotFound(description="Deployment not found")
+        event = PullRequestEvent(
+            delivery_id=f"manual-delete-{uuid.uuid4()}",
+            action="closed",
+            deployment_id=deployment_id,
+            project_slug=record.projectSlug,
+            repo_owner=record.repoOwner,
+            repo_name=record.repoName,
+            pr_number=record.prNumber,
+            branch=record.branch,
+            commit_sha=record.commitSha,
+            received_at=datetime.now(UTC),
+        )
+        accepted = await asyncio.to_thread(self._inbox.accept, event)
+        log.info("manual cleanup requested", extra={"deploymentId": deployment_id})
+        self._dispatcher.notify()
+        outcome = await self._dispatcher.wait_for(accepted.seq)
+        if outcome.status == "failed":
+            raise falcon.HTTPInternalServerError(description=outcome.error or "Cleanup failed")
+        resp.media = CleanupResult(message=f"Preview {deployment_id} cleaned up").model_dump()
+
+
+class EmptyIdResource:
+    """`DELETE /api/previews/` (no id) is the spec's 400, not a 404."""
+
+    async def on_delete(self, req: Request, resp: Response) -> None:
+        raise falcon.HTTPBadRequest(description="Invalid deployment id")

@@ -1,0 +1,94 @@
+"""POST /webhook/codehost: verify, validate, record durably, answer; the dispatcher does the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import falcon
+from falcon.asgi import Request, Response
+
+from orchestrator.dispatcher import Dispatcher
+from orchestrator.inbox import Inbox, InboxError
+from orchestrator.models import StatusOk
+from orchestrator.settings import Settings
+from orchestrator.webhook import (
+    MAX_BODY_BYTES,
+    Ignored,
+    WebhookRejected,
+    parse_delivery,
+    verify_signature,
+)
+
+log = logging.getLogger("orchestrator.webhook")
+OK = StatusOk().model_dump()
+
+
+class WebhookResource:
+    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher) -> None:
+        self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
+        self._allowed = settings.allowed_repos_folded
+        self._sync = settings.webhook_processing == "sync"
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+
+    async def on_post(self, req: Request, resp: Response) -> None:
+        body = await _read_body(req)
+        event_type = req.get_header("X-GitHub-Event")
+        try:
+            verify_signature(self._secret, body, req.get_header("X-Hub-Signature-256"))
+            _check_content_type(req)
+            parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed)
+        except WebhookRejected as rejected:
+            log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
+            raise falcon.HTTPError(falcon.code_to_http_status(rejected.status), description=rejected.message)
+
+        if isinstance(parsed, Ignored):
+            log.info("webhook acknowledged and ignored: %s", parsed.reason)
+            resp.media = OK
+            return
+
+        extra = {"deploymentId": parsed.deployment_id}
+        try:
+            accepted = await asyncio.to_thread(self._inbox.accept, parsed)
+        except InboxError as exc:
+            # Not acknowledged, so the code host shows the delivery as failed and it can be redelivered.
+            log.error("could not record event: %s", exc, extra=extra)
+            raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc
+        if accepted.duplicate:
+            log.info("delivery %s already received; not processed again", parsed.delivery_id, extra=extra)
+            resp.media = OK
+            return
+        log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
+        self._dispatcher.notify()
+        if self._sync:
+            outcome = await self._dispatcher.wait_for(accepted.seq)
+            if outcome.status == "failed":
+                raise falcon.HTTPInternalServerError(description=outcome.error or "Processing failed")
+        resp.media = OK
+
+
+async def _read_body(req: Request) -> bytes:
+    """The raw body, refusing more than MAX_BODY_BYTES whether or not Content-Length is sent."""
+    if req.content_length is not None and req.content_length > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in req.stream:
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large() -> falcon.HTTPError:
+    return falcon.HTTPContentTooLarge(
+        description=f"Request body larger than {MAX_BODY_BYTES // (1024 * 1024)} MB"
+    )
+
+
+def _check_content_type(req: Request) -> None:
+    media = (req.content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise WebhookRejected(415, "Content-Type must be application/json")

@@ -1,0 +1,61 @@
+"""The Falcon ASGI application: builds every dependency once and hands it to the resources."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import falcon.asgi
+import swagger_ui_bundle
+
+from orchestrator.api import errors
+from orchestrator.api.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
+from orchestrator.api.health import HealthResource
+from orchestrator.api.previews import EmptyIdResource, PreviewListResource, PreviewResource
+from orchestrator.api.webhook import WebhookResource
+from orchestrator.dispatcher import Dispatcher
+from orchestrator.handler import EventHandler, load_handler
+from orchestrator.inbox import Inbox
+from orchestrator.openapi import build_openapi
+from orchestrator.settings import Settings, load_settings
+from orchestrator.store import DeploymentStore
+
+log = logging.getLogger("orchestrator")
+
+
+class Lifespan:
+    """Starts the dispatcher with the server and stops it on shutdown (ASGI lifespan)."""
+
+    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, settings: Settings) -> None:
+        self._dispatcher = dispatcher
+        self._inbox = inbox
+        self._settings = settings
+
+    async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        if not self._settings.allowed_repos:
+            log.warning("ALLOWED_REPOS is empty: every pull_request webhook will be refused with 403")
+        await self._dispatcher.start()
+
+    async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        await self._dispatcher.stop()
+
+
+def create_app(settings: Settings | None = None, handler: EventHandler | None = None) -> falcon.asgi.App:
+    settings = settings or load_settings()
+    handler = handler or load_handler(settings)
+    store = DeploymentStore(settings.deployments_db)
+    inbox = Inbox(settings.inbox_path)
+    dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds)
+
+    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, settings)])
+    errors.install(app)
+    app.add_route("/health", HealthResource())
+    app.add_route("/openapi.json", OpenApiResource(build_openapi(settings.api_server_url)))
+    app.add_route("/api-docs", ApiDocsResource())
+    app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
+    app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
+    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher))
+    app.add_route("/api/previews", PreviewListResource(store))
+    app.add_route("/api/previews/", EmptyIdResource())
+    app.add_route("/api/previews/{deployment_id}", PreviewResource(store, inbox, dispatcher))
+    return app

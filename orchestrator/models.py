@@ -1,0 +1,174 @@
+"""Pydantic models at the service's edges: webhook payloads, records, the store file and HTTP bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.naming import SHA_PATTERN, branch_problem
+
+DeploymentStatus = Literal["building", "running", "failed"]
+PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
+HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
+
+MAX_PR_NUMBER = 2**31 - 1
+
+
+class _Payload(BaseModel):
+    # Code hosts add fields all the time; only the ones we use are checked.
+    model_config = ConfigDict(extra="ignore")
+
+
+class Owner(_Payload):
+    login: str | None = Field(default=None, max_length=100)
+
+
+class HeadRepo(_Payload):
+    clone_url: str | None = Field(default=None, max_length=2048)
+    name: str | None = Field(default=None, max_length=100)
+    full_name: str | None = Field(default=None, max_length=200)
+    owner: Owner | None = None
+
+
+class Head(_Payload):
+    ref: str | None = Field(default=None, description="Branch name")
+    sha: str | None = Field(default=None, description="Commit SHA")
+    repo: HeadRepo | None = None
+
+    @field_validator("ref")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (problem := branch_problem(value)):
+            raise ValueError(f"branch name {problem}")
+        return value
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA_PATTERN.match(value):
+            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
+        return value
+
+
+class Base(_Payload):
+    ref: str | None = Field(default=None, max_length=255)
+
+
+class PullRequest(_Payload):
+    number: int = Field(ge=1, le=MAX_PR_NUMBER)
+    head: Head
+    base: Base
+
+
+class Repository(_Payload):
+    full_name: str = Field(max_length=200, description="Form owner/repo")
+    name: str = Field(max_length=100)
+    owner: Owner
+    clone_url: str | None = Field(default=None, max_length=2048)
+
+
+class WebhookPayload(_Payload):
+    """The spec's `GitHubWebhookPayload`: the part of a `pull_request` event the service reads."""
+
+    model_config = ConfigDict(extra="ignore", title="GitHubWebhookPayload")
+
+    action: PullRequestAction
+    pull_request: PullRequest
+    repository: Repository
+
+
+class PullRequestEvent(BaseModel):
+    """A validated, allowed pull-request event as the inbox keeps it (small: never the raw body)."""
+
+    delivery_id: str
+    action: PullRequestAction
+    deployment_id: str
+    project_slug: str
+    repo_owner: str
+    repo_name: str
+    pr_number: int
+    branch: str | None = None
+    commit_sha: str | None = None
+    clone_url: str | None = None
+    head_repo_full_name: str | None = None
+    base_ref: str | None = None
+    received_at: datetime
+
+
+class DeploymentRecord(BaseModel):
+    """One tracked preview, as stored and as returned by `GET /api/previews`."""
+
+    model_config = ConfigDict(title="DeploymentRecord")
+
+    prNumber: int
+    repoName: str
+    repoOwner: str
+    projectSlug: str
+    deploymentId: str = Field(description="Format {projectSlug}-{prNumber}. Key of the record")
+    branch: str
+    commitSha: str
+    framework: str = Field(description="One of the loaded framework plugins (built in: nestjs, go, "
+                           "laravel, rust, python)")
+    dbType: str = Field(description="One of the loaded database plugins (built in: postgres, mysql, mongodb)")
+    appPort: int = Field(description="Port the app listens on inside the container")
+    exposedAppPort: int
+    exposedDbPort: int
+    status: DeploymentStatus
+    createdAt: datetime
+    updatedAt: datetime
+    url: str
+    commentId: int | None = Field(
+        default=None, description="Pull-request comment kept up to date; null until one was posted"
+    )
+
+
+class PortAllocation(BaseModel):
+    model_config = ConfigDict(title="PortAllocation")
+
+    exposedAppPort: int
+    exposedDbPort: int
+
+
+class StoreFile(BaseModel):
+    """The tracking store's JSON document."""
+
+    deployments: dict[str, DeploymentRecord] = Field(default_factory=dict)
+    portAllocations: dict[str, PortAllocation] = Field(default_factory=dict)
+
+
+# HTTP bodies ----------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(title="Error")
+
+    error: str
+
+
+class StatusOk(BaseModel):
+    model_config = ConfigDict(title="StatusOk")
+
+    status: Literal["ok"] = "ok"
+
+
+class CleanupResult(BaseModel):
+    model_config = ConfigDict(title="CleanupResult")
+
+    status: Literal["ok"] = "ok"
+    message: str = Field(description="Preview <deploymentId> cleaned up")
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(title="Health")
+
+    status: Literal["ok"] = "ok"
+    timestamp: datetime
+    uptime: float = Field(description="Seconds since the service started (fractional)")
+
+
+class DeploymentList(BaseModel):
+    model_config = ConfigDict(title="DeploymentList")
+
+    deployments: list[DeploymentRecord]

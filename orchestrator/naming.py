@@ -1,0 +1,49 @@
+"""Names derived from untrusted repository data, validated before they reach paths, configs or commands."""
+
+from __future__ import annotations
+
+import re
+
+# GitHub's own rules: owners are alphanumerics and single hyphens, repositories add `.` and `_`.
+OWNER_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
+REPO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+SHA_PATTERN = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+# A deployment id is a lowercase slug, a hyphen and a pull-request number without leading zeros.
+DEPLOYMENT_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,160})-[1-9][0-9]{0,9}$")
+MAX_BRANCH_LENGTH = 255
+_BRANCH_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+
+
+def project_slug(owner: str, repo: str) -> str:
+    """`owner-repo` in lower case, with `.` and `_` turned into `-`.
+
+    Compose project names and container names must be lower case, and the slug lands in URL paths,
+    file names and nginx config, so it is kept to `[a-z0-9-]`.
+    """
+    if not OWNER_PATTERN.match(owner) or not REPO_NAME_PATTERN.match(repo):
+        raise ValueError(f"repository {owner}/{repo} has a name the service cannot use")
+    slug = f"{owner}-{repo}".lower().replace(".", "-").replace("_", "-")
+    return re.sub(r"-{2,}", "-", slug).strip("-")
+
+
+def deployment_id(slug: str, pr_number: int) -> str:
+    return f"{slug}-{pr_number}"
+
+
+def is_valid_deployment_id(value: str) -> bool:
+    return bool(DEPLOYMENT_ID_PATTERN.match(value))
+
+
+def branch_problem(ref: str) -> str | None:
+    """Why `ref` is not a branch name git would accept (git check-ref-format rules), or None."""
+    if not ref:
+        return "is empty"
+    if len(ref.encode("utf-8")) > MAX_BRANCH_LENGTH:
+        return f"is longer than {MAX_BRANCH_LENGTH} bytes"
+    if _BRANCH_FORBIDDEN.search(ref):
+        return "contains a space, a control character or one of ~^:?*[\\"
+    if ref.startswith(("-", "/", ".")) or ref.endswith(("/", ".", ".lock")):
+        return "starts or ends with a character git does not allow there"
+    if ".." in ref or "@{" in ref or "//" in ref or "/." in ref or ref == "@":
+        return "contains a sequence git does not allow (.., @{, //, /.)"
+    return None

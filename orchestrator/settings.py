@@ -1,0 +1,127 @@
+"""Service settings: read from the environment and from `.env` in the working directory."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+
+# Variables whose values must never be echoed, even in an error about themselves.
+SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET"})
+
+
+class SettingsError(Exception):
+    """Start-up configuration is invalid; `lines` has one human sentence per bad variable."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class Settings(BaseSettings):
+    """Every variable of the spec's table plus the service's own; field name = variable name, lower case."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    codehost_token: SecretStr = SecretStr("")
+    codehost_webhook_secret: SecretStr
+    allowed_repos: Annotated[tuple[str, ...], NoDecode] = ()
+    preview_base_url: str | None = None
+    cleanup_ttl_days: int = Field(default=7, ge=0)
+    max_concurrent_previews: int = Field(default=10, ge=1)
+    orchestrator_port: int = Field(default=3000, ge=1, le=65535)
+    orchestrator_host: str = "127.0.0.1"
+    node_env: Literal["production", "development", "test"] = "production"
+    deployments_dir: Path = Path("/opt/preview-deployments")
+    proxy_config_dir: Path = Path("/etc/nginx/preview-locations")
+    deployments_db: Path = Path("/opt/preview-deployer/deployments.json")
+    inbox_db: Path | None = None
+    log_level: Literal["debug", "info", "warn", "error"] = "info"
+    orchestrator_public_url: str | None = None
+    codehost_api_url: str = "https://api.github.com"
+    webhook_processing: Literal["queue", "sync"] = "queue"
+    max_concurrent_builds: int = Field(default=2, ge=1, le=64)
+    # Import path `module:callable` returning the event handler; the deploy engine plugs in here.
+    event_handler: str = "orchestrator.handler:LoggingHandler"
+
+    @field_validator("allowed_repos", mode="before")
+    @classmethod
+    def _split_repos(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        repos = tuple(value)
+        for repo in repos:
+            if not REPO_PATTERN.match(repo):
+                raise ValueError(f"entry {repo!r} is not of the form owner/repo")
+        return repos
+
+    @field_validator("log_level", "node_env", "webhook_processing", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("codehost_webhook_secret")
+    @classmethod
+    def _secret_not_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    # Derived values -----------------------------------------------------------------------
+
+    @property
+    def inbox_path(self) -> Path:
+        """The inbox lives beside the tracking store unless INBOX_DB says otherwise."""
+        return self.inbox_db or self.deployments_db.with_name("inbox.sqlite3")
+
+    @property
+    def api_server_url(self) -> str | None:
+        """`servers[].url` of the API description: public URL, then preview base URL, else none."""
+        return self.orchestrator_public_url or self.preview_base_url
+
+    @property
+    def allowed_repos_folded(self) -> frozenset[str]:
+        return frozenset(repo.lower() for repo in self.allowed_repos)
+
+    def secret_values(self) -> list[str]:
+        return [
+            s.get_secret_value()
+            for s in (self.codehost_token, self.codehost_webhook_secret)
+            if s.get_secret_value()
+        ]
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings, turning pydantic's report into one line per variable without echoing values."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    for error in exc.errors(include_input=False, include_url=False):
+        variable = str(error["loc"][0]).upper() if error["loc"] else "SETTINGS"
+        if error["type"] == "missing":
+            lines.append(f"{variable} is required but not set")
+            continue
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{variable} is not valid: {message}")
+    return lines

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from falcon import testing
+
+from orchestrator.app import create_app
+from orchestrator.settings import Settings, load_settings
+from orchestrator.store import DeploymentStore
+from tests.support.handlers import RecordingHandler
+from tests.support.payloads import FIXTURE_REPO, SECRET
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> SettingsFactory:
+    def factory(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "_env_file": None,
+            "codehost_webhook_secret": SECRET,
+            "codehost_token": "test-token-abcdef",
+            "allowed_repos": FIXTURE_REPO,
+            "deployments_db": tmp_path / "state" / "deployments.json",
+            "deployments_dir": tmp_path / "deployments",
+            "proxy_config_dir": tmp_path / "proxy",
+            "log_level": "debug",
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    return factory
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def store(settings: Settings) -> DeploymentStore:
+    return DeploymentStore(settings.deployments_db)
+
+
+@pytest.fixture
+def handler(store: DeploymentStore, tmp_path: Path) -> RecordingHandler:
+    return RecordingHandler(store=store, journal=tmp_path / "journal.jsonl")
+
+
+@pytest.fixture
+def client(settings: Settings, handler: RecordingHandler) -> testing.TestClient:
+    return testing.TestClient(create_app(settings, handler))

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite (importable by a live service process through EVENT_HANDLER)."""

@@ -1,0 +1,54 @@
+"""Real GitHub payloads from shared/fixtures, signed the way GitHub signs them."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "codehost-webhooks"
+SECRET = "test-webhook-secret-5f1c"
+FIXTURE_REPO = "Codertocat/Hello-World"
+FIXTURE_DEPLOYMENT = "codertocat-hello-world-2"
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (FIXTURES / f"{name}.json").read_bytes()
+
+
+def sign(body: bytes, secret: str = SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def webhook_headers(
+    body: bytes, event: str = "pull_request", delivery: str | None = None, secret: str = SECRET
+) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": sign(body, secret),
+    }
+
+
+def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, **head: Any) -> bytes:
+    """The real `pull_request.<action>` fixture with a chosen number, SHA or head fields."""
+    name = {"reopened": "pull_request.reopened", "synchronize": "pull_request.synchronize",
+            "closed": "pull_request.closed"}.get(action, "pull_request.opened")
+    data = fixture(name)
+    data["action"] = action
+    data["number"] = number
+    data["pull_request"]["number"] = number
+    if sha:
+        data["pull_request"]["head"]["sha"] = sha
+    data["pull_request"]["head"].update(head)
+    return json.dumps(data).encode()
