@@ -11,7 +11,7 @@ import swagger_ui_bundle
 from orchestrator.api import errors
 from orchestrator.api.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
 from orchestrator.api.health import HealthResource
-from orchestrator.api.previews import EmptyIdResource, PreviewListResource, PreviewResource
+from orchestrator.api.previews import PreviewListResource, PreviewResource
 from orchestrator.api.webhook import WebhookResource
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.handler import EventHandler, load_handler
@@ -56,6 +56,6 @@ def create_app(settings: Settings | None = None, handler: EventHandler | None = 
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
     app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher))
     app.add_route("/api/previews", PreviewListResource(store))
-    app.add_route("/api/previews/", EmptyIdResource())
-    app.add_route("/api/previews/{deployment_id}", PreviewResource(store, inbox, dispatcher))
+    # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
+    app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher))
     return app

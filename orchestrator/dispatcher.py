@@ -27,6 +27,8 @@ class Dispatcher:
         self._stopping = False
 
     async def start(self) -> None:
+        self._stopping = False
+        self._wake = asyncio.Event()
         requeued = await asyncio.to_thread(self.inbox.requeue_interrupted)
         if requeued:
             log.warning("re-running %d event(s) interrupted by the last shutdown", requeued)

@@ -64,9 +64,3 @@ class PreviewResource:
             raise falcon.HTTPInternalServerError(description=outcome.error or "Cleanup failed")
         resp.media = CleanupResult(message=f"Preview {deployment_id} cleaned up").model_dump()
 
-
-class EmptyIdResource:
-    """`DELETE /api/previews/` (no id) is the spec's 400, not a 404."""
-
-    async def on_delete(self, req: Request, resp: Response) -> None:
-        raise falcon.HTTPBadRequest(description="Invalid deployment id")
