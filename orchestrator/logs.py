@@ -51,3 +51,6 @@ def configure_logging(level: str, secrets: list[str], stream: TextIO | None = No
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    # Libraries whose debug lines say nothing an operator needs.
+    for name in ("filelock", "asyncio", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(LEVELS[level], logging.INFO))

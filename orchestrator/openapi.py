@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator import models
+from orchestrator.naming import DEPLOYMENT_ID_PATTERN
 from orchestrator.webhook import MAX_BODY_BYTES
 
 API_VERSION = "0.1.0"
@@ -185,8 +186,8 @@ def _paths() -> dict[str, Any]:
                         "name": "deploymentId",
                         "in": "path",
                         "required": True,
-                        "schema": {"type": "string"},
-                        "description": "{projectSlug}-{prNumber}",
+                        "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
+                        "description": "{projectSlug}-{prNumber}; anything else is answered 400",
                     }
                 ],
                 "responses": {

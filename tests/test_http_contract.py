@@ -321,7 +321,8 @@ def test_unreadable_store_is_500_and_left_untouched(client: testing.TestClient, 
 @pytest.mark.parametrize(
     "path",
     ["/api/previews/", "/api/previews/..", "/api/previews/%2e%2e", "/api/previews/a%2Fb-1",
-     "/api/previews/a%20b-1", "/api/previews/codertocat-hello-world", "/api/previews/Codertocat-Hello-World-2",
+     "/api/previews/a%20b-1", "/api/previews/codertocat-hello-world",
+     "/api/previews/Codertocat-Hello-World-2",
      "/api/previews/x-01", "/api/previews/%3Brm%20-rf-1", "/api/previews/-1"],
 )
 def test_malformed_ids_are_400(client: testing.TestClient, path: str) -> None:

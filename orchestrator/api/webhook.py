@@ -41,7 +41,8 @@ class WebhookResource:
             parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed)
         except WebhookRejected as rejected:
             log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
-            raise falcon.HTTPError(falcon.code_to_http_status(rejected.status), description=rejected.message)
+            status = falcon.code_to_http_status(rejected.status)
+            raise falcon.HTTPError(status, description=rejected.message) from None
 
         if isinstance(parsed, Ignored):
             log.info("webhook acknowledged and ignored: %s", parsed.reason)
