@@ -11,12 +11,14 @@ import swagger_ui_bundle
 from orchestrator.api import errors
 from orchestrator.api.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
 from orchestrator.api.health import HealthResource
+from orchestrator.api.plugins import PluginListResource
 from orchestrator.api.previews import PreviewListResource, PreviewResource
 from orchestrator.api.webhook import WebhookResource
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.handler import EventHandler, load_handler
 from orchestrator.inbox import Inbox
 from orchestrator.openapi import build_openapi
+from orchestrator.plugin_host import PluginHost, build_plugin_host
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import DeploymentStore
 
@@ -40,8 +42,13 @@ class Lifespan:
         await self._dispatcher.stop()
 
 
-def create_app(settings: Settings | None = None, handler: EventHandler | None = None) -> falcon.asgi.App:
+def create_app(
+    settings: Settings | None = None,
+    handler: EventHandler | None = None,
+    plugins: PluginHost | None = None,
+) -> falcon.asgi.App:
     settings = settings or load_settings()
+    plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     handler = handler or load_handler(settings)
     store = DeploymentStore(settings.deployments_db)
     inbox = Inbox(settings.inbox_path)
@@ -55,6 +62,7 @@ def create_app(settings: Settings | None = None, handler: EventHandler | None = 
     app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
     app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher))
+    app.add_route("/api/plugins", PluginListResource(plugins))
     app.add_route("/api/previews", PreviewListResource(store))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.settings import Settings, SettingsError, load_settings
@@ -25,12 +26,13 @@ def _serve(args: argparse.Namespace) -> int:
     from orchestrator.app import create_app
     from orchestrator.inbox import InboxError
     from orchestrator.logs import configure_logging
+    from orchestrator.plugin_host import PluginError
 
     settings = _settings_or_exit()
     configure_logging(settings.log_level, settings.secret_values())
     try:
         app = create_app(settings)
-    except (InboxError, ImportError, ValueError) as exc:
+    except (InboxError, PluginError, ImportError, ValueError) as exc:
         print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(
@@ -44,6 +46,104 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plugin_host():  # noqa: ANN202
+    from orchestrator.plugin_host import PluginError, build_plugin_host
+    from orchestrator.settings import load_plugin_settings
+
+    try:
+        settings = load_plugin_settings()
+        return settings, build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    except SettingsError as exc:
+        for line in exc.lines:
+            print(f"preview-orchestrator: configuration error: {line}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except PluginError as exc:
+        print(f"preview-orchestrator: plugin error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    import json
+
+    _, host = _plugin_host()
+    listing = host.describe()
+    if args.json:
+        print(json.dumps({"plugins": listing}, indent=2))
+        return 0
+    rows = [("NAME", "BUILT-IN", "DISTRIBUTION", "VERSION", "PROVIDES", "HOOKS")]
+    for entry in listing:
+        provides = ", ".join(entry["frameworks"] + entry["databases"] + entry["services"]) or "-"
+        rows.append((entry["name"], "yes" if entry["builtin"] else "no", entry["distribution"] or "-",
+                     entry["version"] or "-", provides, ", ".join(entry["hooks"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from orchestrator.checkout import load_checkout_config
+    from orchestrator.preview_config import ConfigError
+
+    _, host = _plugin_host()
+    try:
+        config = load_checkout_config(host, args.dir)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.dir}: {problem}", file=sys.stderr)
+        return 1
+    print(f"{args.dir}: preview-config.yml is valid (framework {config.framework}, database {config.database})")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    import os
+
+    from orchestrator.checkout import load_checkout_config
+    from orchestrator.preview_config import ConfigError
+    from orchestrator.rendering import make_context, render_deployment
+
+    settings, host = _plugin_host()
+    secret = os.environ.get("CODEHOST_WEBHOOK_SECRET", "")
+    if not secret:
+        print("preview-orchestrator: CODEHOST_WEBHOOK_SECRET is not set; database passwords differ from a "
+              "real deploy", file=sys.stderr)
+    try:
+        context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port,
+                               (secret or "render").encode(), settings.image_overrides)
+        config = load_checkout_config(host, args.dir)
+        rendered = render_deployment(host, args.dir, config, context)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.dir}: {problem}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"preview-orchestrator: {exc}", file=sys.stderr)
+        return 1
+    if args.dockerfile:
+        dockerfiles = [text for name, text in rendered.files.items() if name.startswith("Dockerfile")]
+        if not dockerfiles:
+            print("the repository's own Dockerfile is used; nothing is injected", file=sys.stderr)
+            return 0
+        sys.stdout.write(dockerfiles[0])
+        return 0
+    sys.stdout.write(f"# {rendered.compose_file}\n" + rendered.compose_text())
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from orchestrator.checkout import write_starter_config
+
+    _, host = _plugin_host()
+    try:
+        path = write_starter_config(host, args.dir)
+    except FileExistsError as exc:
+        print(f"preview-orchestrator: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="preview-orchestrator", description=__doc__)
     parser.add_argument("--version", action="version", version=f"preview-orchestrator {__version__}")
@@ -52,6 +152,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default: ORCHESTRATOR_HOST)")
     serve.add_argument("--port", type=int, help="port (default: ORCHESTRATOR_PORT)")
     serve.set_defaults(run=_serve)
+
+    plugins = commands.add_parser("plugins", help="list loaded plugins and what they provide")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(run=_plugins)
+
+    validate = commands.add_parser("validate", help="check DIR/preview-config.yml")
+    validate.add_argument("dir", type=Path, metavar="DIR")
+    validate.set_defaults(run=_validate)
+
+    render = commands.add_parser("render", help="print the compose file a deploy of DIR would run")
+    render.add_argument("dir", type=Path, metavar="DIR")
+    render.add_argument("--owner", required=True)
+    render.add_argument("--repo", required=True)
+    render.add_argument("--pr", type=int, required=True)
+    render.add_argument("--app-port", type=int, default=8000, help="host port for the app (default 8000)")
+    render.add_argument("--db-port", type=int, default=9000, help="host port for the db (default 9000)")
+    render.add_argument("--dockerfile", action="store_true", help="print the injected Dockerfile instead")
+    render.set_defaults(run=_render)
+
+    init = commands.add_parser("init", help="write a starting DIR/preview-config.yml (default: .)")
+    init.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=Path("."))
+    init.set_defaults(run=_init)
     return parser
 
 

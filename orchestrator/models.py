@@ -172,3 +172,22 @@ class DeploymentList(BaseModel):
     model_config = ConfigDict(title="DeploymentList")
 
     deployments: list[DeploymentRecord]
+
+
+class PluginInfo(BaseModel):
+    model_config = ConfigDict(title="PluginInfo")
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    hooks: list[str]
+    frameworks: list[str]
+    databases: list[str]
+    services: list[str]
+
+
+class PluginList(BaseModel):
+    model_config = ConfigDict(title="PluginList")
+
+    plugins: list[PluginInfo]

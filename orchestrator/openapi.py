@@ -81,6 +81,7 @@ def build_openapi(server_url: str | None) -> dict[str, Any]:
                 models.ErrorBody,
                 models.DeploymentList,
                 models.WebhookPayload,
+                models.PluginList,
             )
         },
     }
@@ -165,6 +166,13 @@ def _paths() -> dict[str, Any]:
                     "415": _error("Content-Type is not application/json"),
                     "500": _error("Processing failed (sync mode), or the inbox cannot be written"),
                 },
+            }
+        },
+        "/api/plugins": {
+            "get": {
+                "operationId": "listPlugins",
+                "summary": "Loaded plugins and what they provide (debug listing)",
+                "responses": {"200": {"description": "Plugins", "content": _json("PluginList")}},
             }
         },
         "/api/previews": {

@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
+IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
+
 # Variables whose values must never be echoed, even in an error about themselves.
 SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET"})
 
@@ -23,12 +25,42 @@ class SettingsError(Exception):
         self.lines = lines
 
 
-class Settings(BaseSettings):
-    """Every variable of the spec's table plus the service's own; field name = variable name, lower case."""
+class PluginSettings(BaseSettings):
+    """The settings plugins and rendering need; the CLI's render/validate/plugins use only these."""
 
     model_config = SettingsConfigDict(
         env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
     )
+
+    # `from=to,from=to`: swap images of built-in templates (a registry mirror, or local stand-ins).
+    image_overrides: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    preview_orchestrator_disable_plugins: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("image_overrides", mode="before")
+    @classmethod
+    def _overrides(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return value
+        overrides: dict[str, str] = {}
+        for pair in str(value or "").split(","):
+            if not pair.strip():
+                continue
+            source, sep, target = pair.strip().partition("=")
+            if not sep or not IMAGE_PATTERN.match(source) or not IMAGE_PATTERN.match(target):
+                raise ValueError(f"entry {pair.strip()!r} is not of the form image=image")
+            overrides[source] = target
+        return overrides
+
+    @field_validator("preview_orchestrator_disable_plugins", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return tuple(value or ())
+
+
+class Settings(PluginSettings):
+    """Every variable of the spec's table plus the service's own; field name = variable name, lower case."""
 
     codehost_token: SecretStr = SecretStr("")
     codehost_webhook_secret: SecretStr
@@ -111,6 +143,13 @@ def load_settings(**overrides: Any) -> Settings:
     """Build settings, turning pydantic's report into one line per variable without echoing values."""
     try:
         return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+
+
+def load_plugin_settings(**overrides: Any) -> PluginSettings:
+    try:
+        return PluginSettings(**overrides)
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
 

@@ -53,7 +53,7 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
     assert "security" not in doc and "securitySchemes" not in doc["components"]
     assert "servers" not in doc
     assert set(doc["paths"]) == {
-        "/health", "/openapi.json", "/api-docs", "/webhook/codehost", "/api/previews",
+        "/health", "/openapi.json", "/api-docs", "/webhook/codehost", "/api/previews", "/api/plugins",
         "/api/previews/{deploymentId}",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]

@@ -1,0 +1,1 @@
+"""Built-in database plugins: postgres, mysql, mongodb."""

@@ -1,0 +1,42 @@
+"""The built-in `mongodb` database: MongoDB 7; the user is created in `admin`, hence `authSource=admin`."""
+
+from __future__ import annotations
+
+from orchestrator.hookspecs import hookimpl
+from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext
+
+NAME = "mongodb"
+PORT = 27017
+USER = "preview"
+
+
+@hookimpl(trylast=True)
+def po_databases() -> list[DatabaseSpec]:
+    return [DatabaseSpec(name=NAME, port=PORT, scheme="mongodb", description="MongoDB 7")]
+
+
+@hookimpl(trylast=True)
+def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
+    if database != NAME:
+        return None
+    name, password = context.database_name, context.db_password
+    return DatabaseWiring(
+        service={
+            "image": context.image("mongo:7"),
+            "environment": {
+                "MONGO_INITDB_ROOT_USERNAME": USER, "MONGO_INITDB_ROOT_PASSWORD": password,
+                "MONGO_INITDB_DATABASE": name,
+            },
+            "volumes": ["db-data:/data/db"],
+            "healthcheck": {
+                "test": ["CMD", "mongosh", "--quiet", "--eval", "db.adminCommand('ping').ok"],
+                "interval": "2s", "timeout": "5s", "retries": 30, "start_period": "5s",
+            },
+        },
+        volumes={"db-data": {}},
+        app_env={
+            "DATABASE_URL": f"mongodb://{USER}:{password}@db:{PORT}/{name}?authSource=admin",
+            "DB_CONNECTION": "mongodb", "DB_HOST": "db", "DB_PORT": str(PORT),
+            "DB_DATABASE": name, "DB_USERNAME": USER, "DB_PASSWORD": password,
+        },
+    )

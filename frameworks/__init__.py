@@ -1,0 +1,1 @@
+"""Built-in framework plugins: nestjs, go, laravel, rust, python."""

@@ -1,0 +1,88 @@
+"""The data plugins receive and return. Pydantic models, so a plugin's answer is checked at the boundary."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError("must be lower case letters, digits and hyphens, starting with a letter")
+        return value
+
+
+class FrameworkSpec(_Spec):
+    default_port: int = Field(ge=1, le=65535, description="Port the app listens on inside the container")
+    default_entrypoint: str = Field(description="A starting app_entrypoint for `preview-orchestrator init`")
+
+
+class DatabaseSpec(_Spec):
+    port: int = Field(ge=1, le=65535)
+    scheme: str
+
+
+class ServiceSpec(_Spec):
+    app_variables: list[str] = Field(default_factory=list, description="Variables the app gets")
+
+
+class Detection(BaseModel):
+    framework: str
+    rank: int = Field(description="Lower wins when several plugins recognise a checkout")
+    reason: str = ""
+
+
+class RenderContext(BaseModel):
+    """Everything about one deployment that templates may use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    repo: str
+    project_slug: str
+    pr_number: int
+    deployment_id: str
+    app_host_port: int
+    db_host_port: int
+    db_password: str = Field(description="Stable per deployment, never shared between pull requests")
+    image_overrides: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def database_name(self) -> str:
+        return f"pr_{self.pr_number}"
+
+    def container_name(self, service: str) -> str:
+        return f"{self.project_slug}-pr-{self.pr_number}-{service}"
+
+    def image(self, name: str) -> str:
+        """`name` after IMAGE_OVERRIDES; every image a built-in template names goes through here."""
+        return self.image_overrides.get(name, name)
+
+
+class AppService(BaseModel):
+    service: dict[str, Any] = Field(description="Compose service mapping (build, working_dir, ...)")
+    command: list[str] = Field(description="The main process, run after startup_commands")
+
+
+class DatabaseWiring(BaseModel):
+    service: dict[str, Any]
+    volumes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    app_env: dict[str, str]
+
+
+class ServiceWiring(BaseModel):
+    services: dict[str, dict[str, Any]]
+    volumes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    app_env: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Other built-in plugins: extra services that previews commonly need."""
