@@ -125,20 +125,16 @@ class PluginHost:
                     # A third-party answer overrides the built-in one (built-ins answer trylast).
                     if name not in self.builtin_names or spec.name not in target:
                         target[spec.name] = spec  # type: ignore[assignment]
-        names = set(provided.frameworks) | set(provided.databases) | set(provided.services)
-        clash = set(provided.frameworks) & (set(provided.databases) | set(provided.services))
-        clash |= set(provided.databases) & set(provided.services)
+        # A database listed in extra_services must be an error, not a second service: keep kinds apart.
+        clash = set(provided.databases) & set(provided.services)
         if clash:
-            raise PluginError(f"name(s) {', '.join(sorted(clash))} provided as two different kinds")
-        del names
+            raise PluginError(f"{', '.join(sorted(clash))} provided both as a database and as a service")
         return provided
 
     def _check_conflict(self, kind: str, name: str, owners: list[str]) -> None:
-        if len(owners) < 2:
-            return
-        third_party = [owner for owner in owners if owner not in self.builtin_names]
+        """Two providers of a name are an error, unless exactly one is a built-in being overridden."""
         builtins = [owner for owner in owners if owner in self.builtin_names]
-        if len(third_party) > 1 or len(builtins) > 1:
+        if len(owners) > 2 or (len(owners) == 2 and len(builtins) != 1):
             raise PluginError(
                 f"{kind} {name!r} is provided by both {owners[0]!r} and {owners[1]!r}; "
                 "disable one with PREVIEW_ORCHESTRATOR_DISABLE_PLUGINS"

@@ -53,3 +53,28 @@ def handler(store: DeploymentStore, tmp_path: Path) -> RecordingHandler:
 @pytest.fixture
 def client(settings: Settings, handler: RecordingHandler) -> testing.TestClient:
     return testing.TestClient(create_app(settings, handler))
+
+
+@pytest.fixture(scope="session")
+def host():  # noqa: ANN201
+    """Built-in plugins only: what every installation has."""
+    from orchestrator.plugin_host import build_plugin_host
+
+    return build_plugin_host(load_entry_points=False)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--plugin", help="run only tests parametrized with this framework/database/service name")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    name = config.getoption("--plugin")
+    if not name:
+        return
+    selected, deselected = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        values = [v for value in params.values() for v in (value if isinstance(value, tuple) else (value,))]
+        (selected if any(v == name for v in values if isinstance(v, str)) else deselected).append(item)
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = selected

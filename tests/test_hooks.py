@@ -1,0 +1,56 @@
+"""Each hook called the way the host calls it: keyword arguments, None for names a plugin does not own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.plugin_host import PluginHost
+from orchestrator.plugin_types import DatabaseWiring, ServiceWiring
+from orchestrator.preview_config import PreviewConfig
+from orchestrator.rendering import make_context
+from tests.support.repos import config_for
+
+CONTEXT = make_context("acme", "api", 5, 8005, 9005, b"k")
+
+
+def test_po_frameworks_databases_services_discovery(host: PluginHost) -> None:
+    frameworks = [spec.name for answer in host.hook.po_frameworks() for spec in answer]
+    databases = [spec.name for answer in host.hook.po_databases() for spec in answer]
+    services = [spec.name for answer in host.hook.po_services() for spec in answer]
+    assert sorted(frameworks) == ["go", "laravel", "nestjs", "python", "rust"]
+    assert sorted(databases) == ["mongodb", "mysql", "postgres"]
+    assert sorted(services) == ["mailpit", "memcached", "minio", "rabbitmq", "redis"]
+
+
+def test_po_detect_framework_answers_are_ranked(host: PluginHost, tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module x\n")
+    (tmp_path / "nest-cli.json").write_text("{}")
+    answers = sorted((a.rank, a.framework) for a in host.hook.po_detect_framework(repo_dir=tmp_path) if a)
+    assert answers == [(10, "nestjs"), (20, "go")]
+
+
+def test_po_dockerfile_and_po_app_service_answer_only_for_their_framework(host: PluginHost) -> None:
+    config = PreviewConfig.model_validate(config_for("rust"))
+    assert host.hook.po_dockerfile(framework="rust", config=config, context=CONTEXT).startswith("# Injected")
+    assert host.hook.po_dockerfile(framework="unknown", config=config, context=CONTEXT) is None
+    app = host.hook.po_app_service(framework="rust", config=config, context=CONTEXT)
+    assert app.command == ["/bin/sh", "-c", "exec /app/server"]
+    assert host.hook.po_app_service(framework="unknown", config=config, context=CONTEXT) is None
+
+
+def test_po_database_wires_the_app(host: PluginHost) -> None:
+    for name, scheme, port in (("postgres", "postgresql", 5432), ("mysql", "mysql", 3306),
+                               ("mongodb", "mongodb", 27017)):
+        wiring = DatabaseWiring.model_validate(host.hook.po_database(database=name, context=CONTEXT))
+        assert wiring.app_env["DATABASE_URL"].startswith(f"{scheme}://preview:{CONTEXT.db_password}@db:{port}/pr_5")
+        assert "healthcheck" in wiring.service
+        assert "pr_5" in str(wiring.service["environment"])
+    assert host.hook.po_database(database="oracle", context=CONTEXT) is None
+
+
+def test_po_extra_service_names_its_service(host: PluginHost) -> None:
+    for name in ("redis", "memcached", "rabbitmq", "mailpit", "minio"):
+        wiring = ServiceWiring.model_validate(host.hook.po_extra_service(service=name, context=CONTEXT))
+        assert name in wiring.services
+        assert wiring.app_env
+    assert host.hook.po_extra_service(service="kafka", context=CONTEXT) is None

@@ -1,0 +1,236 @@
+"""Rendering: every framework × database and every extra service through the real `docker compose config`,
+pinned by snapshots (UPDATE_SNAPSHOTS=1 rewrites them), plus the rules the spec and the issue set."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.checkout import load_checkout_config
+from orchestrator.plugin_host import PluginHost
+from orchestrator.preview_config import ConfigError
+from orchestrator.rendering import (
+    DEPLOYMENT_LABEL,
+    INJECTED_DOCKERFILE,
+    make_context,
+    render_deployment,
+    write_rendered,
+)
+from tests.support.compose import compose_config
+from tests.support.repos import config_for, make_repo, snapshot_tree
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+FRAMEWORKS = ["nestjs", "go", "laravel", "rust", "python"]
+DATABASES = ["postgres", "mysql", "mongodb"]
+SERVICES = ["redis", "memcached", "rabbitmq", "mailpit", "minio"]
+KEY = b"snapshot-key"
+
+
+def render(host: PluginHost, repo: Path, pr: int = 7, overrides: dict[str, str] | None = None):  # noqa: ANN201
+    context = make_context("Acme", "Shop.Api", pr, 8007, 9007, KEY, overrides)
+    return render_deployment(host, repo, load_checkout_config(host, repo), context)
+
+
+def check_snapshot(name: str, text: str) -> None:
+    path = SNAPSHOTS / name
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1" or not path.exists():
+        path.write_text(text)
+        if os.environ.get("CI"):
+            raise AssertionError(f"snapshot {name} was missing; it was written, commit it")
+    assert text == path.read_text(), f"{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+
+
+@pytest.mark.parametrize(("framework", "database"), list(itertools.product(FRAMEWORKS, DATABASES)))
+def test_framework_and_database_render_valid_compose(host: PluginHost, tmp_path: Path,
+                                                      framework: str, database: str) -> None:
+    repo = make_repo(tmp_path / "r", config_for(framework, database))
+    rendered = render(host, repo)
+    before = snapshot_tree(repo)
+    assert snapshot_tree(repo) == before  # rendering wrote nothing
+    check_snapshot(f"{framework}-{database}.compose.yml", rendered.compose_text())
+    check_snapshot(f"{framework}.Dockerfile", rendered.files[INJECTED_DOCKERFILE])
+    write_rendered(repo, rendered)
+    config = yaml.safe_load(compose_config(repo, rendered.compose_file))
+    app, db = config["services"]["app"], config["services"]["db"]
+    assert config["name"] == "acme-shop-api-7"
+    assert app["container_name"] == "acme-shop-api-pr-7-app"
+    assert db["container_name"] == "acme-shop-api-pr-7-db"
+    assert app["ports"][0]["host_ip"] == "127.0.0.1" and app["ports"][0]["published"] == "8007"
+    assert db["ports"][0]["host_ip"] == "127.0.0.1" and db["ports"][0]["published"] == "9007"
+    assert db["ports"][0]["target"] == {"postgres": 5432, "mysql": 3306, "mongodb": 27017}[database]
+    assert app["depends_on"]["db"]["condition"] == "service_healthy"
+    assert "healthcheck" in db
+    scheme = {"postgres": "postgresql", "mysql": "mysql", "mongodb": "mongodb"}[database]
+    port = db["ports"][0]["target"]
+    assert re.match(rf"^{scheme}://preview:[0-9a-f]{{24}}@db:{port}/pr_7(\?authSource=admin)?$",
+                    app["environment"]["DATABASE_URL"])
+    for service in config["services"].values():
+        assert service["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
+        resources = service["deploy"]["resources"]
+        assert resources["limits"] == {"cpus": 0.5, "memory": "536870912"}
+        assert resources["reservations"] == {"cpus": 0.25, "memory": "268435456"}
+    assert config["networks"]["default"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
+    assert config["volumes"]["db-data"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_extra_services_render_and_wire_the_app(host: PluginHost, tmp_path: Path, service: str) -> None:
+    repo = make_repo(tmp_path / "r", config_for("go", extra_services=[service]))
+    rendered = render(host, repo)
+    check_snapshot(f"go-postgres+{service}.compose.yml", rendered.compose_text())
+    write_rendered(repo, rendered)
+    config = yaml.safe_load(compose_config(repo, rendered.compose_file))
+    assert config["services"][service]["container_name"] == f"acme-shop-api-pr-7-{service}"
+    assert "ports" not in config["services"][service]
+    assert service in config["services"]["app"]["depends_on"]
+    expected = host.provided.services[service].app_variables
+    assert set(expected) <= set(config["services"]["app"]["environment"])
+
+
+def test_redis_url_points_at_the_redis_service(host: PluginHost, tmp_path: Path) -> None:
+    rendered = render(host, make_repo(tmp_path / "r", config_for("go", extra_services=["redis"])))
+    assert rendered.compose["services"]["app"]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_env_env_file_port_variable_and_startup_commands(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for(
+        "python", app_port_env="APP_PORT", env=["HOME_DIR=$HOME", "DATABASE_URL=override"],
+        env_file=".env.preview", startup_commands=["python3 migrate.py", "echo '$ready'"],
+    ), files={".env.preview": "FROM_FILE=1\n"})
+    rendered = render(host, repo)
+    write_rendered(repo, rendered)
+    app = yaml.safe_load(compose_config(repo, rendered.compose_file))["services"]["app"]
+    env = app["environment"]
+    assert env["APP_PORT"] == "8000"
+    # `config` prints a literal `$` as `$$`; an interpolated $HOME would show the work directory.
+    assert env["HOME_DIR"] == "$$HOME"
+    assert env["DATABASE_URL"] == "override"  # the repository's env wins over wiring
+    assert env["FROM_FILE"] == "1"
+    assert app["entrypoint"] == ["/bin/sh", "-c",
+                                 "set -e\npython3 migrate.py\necho '$$ready'\nexec /bin/sh -c 'exec python3 app.py'"]
+
+
+def test_image_overrides_reach_services_and_dockerfiles(host: PluginHost, tmp_path: Path) -> None:
+    overrides = {"postgres:16": "local/postgres:test", "golang:1.22-bookworm": "local/go:test"}
+    rendered = render(host, make_repo(tmp_path / "r", config_for("go")), overrides=overrides)
+    assert rendered.compose["services"]["db"]["image"] == "local/postgres:test"
+    assert "FROM local/go:test AS build" in rendered.files[INJECTED_DOCKERFILE]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_dockerfiles_run_as_non_root_and_use_the_entrypoint(host: PluginHost, tmp_path: Path,
+                                                           framework: str) -> None:
+    config = config_for(framework, app_entrypoint="./start --flag \"quoted\"")
+    text = render(host, make_repo(tmp_path / "r", config)).files[INJECTED_DOCKERFILE]
+    assert "USER 10001:10001" in text
+    cmd = [line for line in text.splitlines() if line.startswith("CMD")][-1]
+    if framework == "laravel":
+        assert "php artisan serve" in cmd and "${PORT}" in cmd and "./start" not in cmd  # entrypoint unused
+    else:
+        assert cmd == 'CMD ["/bin/sh", "-c", "exec ./start --flag \\"quoted\\""]'
+    if framework != "python":
+        assert text.count("FROM ") == 2  # multi-stage: the toolchain stays out of the runtime image
+
+
+def test_repository_dockerfile_and_dockerfile_path_are_used(host: PluginHost, tmp_path: Path) -> None:
+    own = make_repo(tmp_path / "own", config_for("go"), files={"Dockerfile": "FROM scratch\n"})
+    rendered = render(host, own)
+    assert INJECTED_DOCKERFILE not in rendered.files
+    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == "Dockerfile"
+    custom = make_repo(tmp_path / "custom", config_for("go", dockerfile="ops/Preview.Dockerfile"),
+                       files={"ops/Preview.Dockerfile": "FROM scratch\n"})
+    rendered = render(host, custom)
+    assert INJECTED_DOCKERFILE not in rendered.files
+    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == "ops/Preview.Dockerfile"
+
+
+REPO_COMPOSE = """
+services:
+  app:
+    build: .
+    ports: ["0.0.0.0:80:3000"]
+    environment:
+      - EXISTING=1
+  db:
+    image: postgres:16
+    ports: ["5432:5432"]
+  worker:
+    build: .
+    volumes: ["./data:/data", "cache:/cache"]
+volumes:
+  cache: {}
+"""
+
+
+def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("nestjs", env=["ADDED=2"], startup_commands=["npm run migrate"]),
+                     files={"compose.preview.yaml": REPO_COMPOSE})
+    rendered = render(host, repo)
+    assert rendered.repository_owned and rendered.compose_file == "compose.preview.generated.yml"
+    write_rendered(repo, rendered)
+    assert (repo / "compose.preview.yml").exists() and not (repo / "compose.preview.yaml").exists()
+    services = yaml.safe_load(compose_config(repo, rendered.compose_file))["services"]
+    assert [(p["host_ip"], p["published"], p["target"]) for p in services["app"]["ports"]] == [
+        ("127.0.0.1", "8007", 3000)]
+    assert [(p["host_ip"], p["published"], p["target"]) for p in services["db"]["ports"]] == [
+        ("127.0.0.1", "9007", 5432)]
+    assert services["app"]["environment"] == {"EXISTING": "1", "ADDED": "2", "PORT": "3000"}
+    assert services["app"]["entrypoint"][2].startswith("set -e\nnpm run migrate\nexec ")
+    assert services["worker"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
+    assert services["worker"]["deploy"]["resources"]["limits"]["memory"] == "536870912"
+
+
+@pytest.mark.parametrize(
+    ("compose", "message"),
+    [
+        ("services:\n  app:\n    image: x\n    privileged: true\n", "service app: privileged is not allowed"),
+        ("services:\n  app:\n    image: x\n    network_mode: host\n", "service app: network_mode host"),
+        ("services:\n  app:\n    image: x\n    pid: host\n", "service app: pid: host is not allowed"),
+        ("services:\n  app:\n    image: x\n    ipc: host\n", "service app: ipc: host is not allowed"),
+        ("services:\n  app:\n    image: x\n    cap_add: [SYS_ADMIN]\n", "service app: cap_add is not allowed"),
+        ("services:\n  app:\n    image: x\n    devices: ['/dev/sda:/dev/sda']\n", "service app: devices"),
+        ("services:\n  app:\n    image: x\n    volumes: ['/var/run/docker.sock:/var/run/docker.sock']\n",
+         "service app: volumes: the Docker socket is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['../../:/host']\n", "service app: volumes: bind mount of"),
+        ("services:\n  app:\n    image: x\n    volumes: ['/etc:/etc']\n", "service app: volumes: bind mount of /etc"),
+        ("services:\n  app:\n    image: x\n    volumes: [{type: bind, source: /, target: /h}]\n",
+         "service app: volumes: bind mount of / is not allowed"),
+        ("services:\n  app:\n    build: ../..\n", "service app: build context outside the repository"),
+        ("services:\n  app:\n    image: x\n  side:\n    image: y\n    ports: ['6379:6379']\n",
+         "service side: ports is not allowed"),
+        ("services:\n  app:\n    image: x\nnetworks:\n  default:\n    external: true\n",
+         "networks default: external is not allowed"),
+        ("services:\n  app:\n    image: x\nvolumes:\n  v:\n    driver_opts: {type: none, device: /, o: bind}\n",
+         "volumes v: driver_opts is not allowed"),
+        ("include: [../other.yml]\nservices:\n  app:\n    image: x\n", "top-level include is not allowed"),
+        ("services:\n  web:\n    image: x\n", "a service named app is required"),
+    ],
+)
+def test_repository_compose_that_could_take_over_the_host_is_refused(
+    host: PluginHost, tmp_path: Path, compose: str, message: str
+) -> None:
+    repo = make_repo(tmp_path / "r", config_for("go"), files={"compose.preview.yml": compose})
+    before = snapshot_tree(repo)
+    with pytest.raises(ConfigError) as caught:
+        render(host, repo)
+    assert any(message in problem for problem in caught.value.problems), caught.value.problems
+    assert snapshot_tree(repo) == before
+
+
+def test_both_compose_names_is_an_error(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("go"), files={
+        "compose.preview.yml": "services: {}\n", "compose.preview.yaml": "services: {}\n"})
+    with pytest.raises(ConfigError, match="both exist"):
+        render(host, repo)
+
+
+def test_database_password_is_stable_per_deployment_and_differs_between_them() -> None:
+    first = make_context("a", "b", 1, 8001, 9001, KEY).db_password
+    assert first == make_context("a", "b", 1, 8555, 9555, KEY).db_password
+    assert first != make_context("a", "b", 2, 8001, 9001, KEY).db_password
+    assert first != make_context("a", "b", 1, 8001, 9001, b"other key").db_password
