@@ -1,0 +1,3 @@
+module example.com/preview-sample
+
+go 1.19
