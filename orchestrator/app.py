@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -21,24 +22,40 @@ from orchestrator.openapi import build_openapi
 from orchestrator.plugin_host import PluginHost, build_plugin_host
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import DeploymentStore
+from orchestrator.ttl import TtlScheduler
 
 log = logging.getLogger("orchestrator")
 
 
 class Lifespan:
-    """Starts the dispatcher with the server and stops it on shutdown (ASGI lifespan)."""
+    """Start-up: reconcile, start the dispatcher and the TTL scheduler; shutdown: stop both (ASGI lifespan)."""
 
-    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, settings: Settings) -> None:
+    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
         self._dispatcher = dispatcher
         self._inbox = inbox
+        self._handler = handler
         self._settings = settings
+        self._ttl: TtlScheduler | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         if not self._settings.allowed_repos:
             log.warning("ALLOWED_REPOS is empty: every pull_request webhook will be refused with 403")
+        startup = getattr(self._handler, "startup", None)
+        if startup is not None:
+            try:
+                await asyncio.to_thread(startup, self._inbox.open_deployments())
+            except Exception:
+                log.exception("start-up reconciliation failed; the service starts anyway")
         await self._dispatcher.start()
+        expired = getattr(self._handler, "expired", None)
+        if expired is not None:
+            self._ttl = TtlScheduler(expired, self._inbox, self._dispatcher,
+                                     self._settings.ttl_check_interval_seconds)
+            self._ttl.start()
 
     async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        if self._ttl:
+            await self._ttl.stop()
         await self._dispatcher.stop()
 
 
@@ -49,12 +66,12 @@ def create_app(
 ) -> falcon.asgi.App:
     settings = settings or load_settings()
     plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
-    handler = handler or load_handler(settings)
+    handler = handler or load_handler(settings, plugins)
     store = DeploymentStore(settings.deployments_db)
     inbox = Inbox(settings.inbox_path)
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds)
 
-    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, settings)])
+    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings)])
     errors.install(app)
     app.add_route("/health", HealthResource())
     app.add_route("/openapi.json", OpenApiResource(build_openapi(settings.api_server_url)))

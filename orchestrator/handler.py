@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Protocol
 
 from orchestrator.models import PullRequestEvent
+from orchestrator.plugin_host import PluginHost
 from orchestrator.settings import Settings
-
-log = logging.getLogger("orchestrator.handler")
 
 
 class FlowError(Exception):
@@ -17,6 +15,9 @@ class FlowError(Exception):
 
 
 class EventHandler(Protocol):
+    """Processes events. It may also define `startup(open_deployments: set[str])`, called once before the
+    first event (the deploy engine reconciles there), and `expired(now)` for the TTL scheduler."""
+
     def handle(self, event: PullRequestEvent) -> None:
         """Run the flow for `event` to the end; raise FlowError with a user-facing message on failure.
 
@@ -25,26 +26,11 @@ class EventHandler(Protocol):
         """
 
 
-class LoggingHandler:
-    """The handler used when no deploy engine is configured: it logs each event and does nothing else."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def handle(self, event: PullRequestEvent) -> None:
-        log.warning(
-            "no deploy engine configured; %s for pull request %s ignored",
-            event.action,
-            event.pr_number,
-            extra={"deploymentId": event.deployment_id},
-        )
-
-
-def load_handler(settings: Settings) -> EventHandler:
-    """Instantiate EVENT_HANDLER (`module:callable`, called with the settings)."""
+def load_handler(settings: Settings, plugins: PluginHost) -> EventHandler:
+    """Instantiate EVENT_HANDLER (`module:callable`, called with the settings and the plugin host)."""
     module_name, _, attribute = settings.event_handler.partition(":")
     if not module_name or not attribute:
         raise ValueError("EVENT_HANDLER is not valid: expected module:callable")
     factory = getattr(importlib.import_module(module_name), attribute)
-    handler: EventHandler = factory(settings)
+    handler: EventHandler = factory(settings, plugins=plugins)
     return handler

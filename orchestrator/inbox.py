@@ -152,6 +152,14 @@ class Inbox:
             )
             return cursor.rowcount
 
+    def open_deployments(self) -> set[str]:
+        """Deployments with an event still to run (pending, or running when the service stopped)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT deployment_id FROM events WHERE status IN ('pending', 'running')"
+            ).fetchall()
+        return {row[0] for row in rows}
+
     def depth(self) -> int:
         """Events accepted and not finished yet (pending or running)."""
         with self._lock:

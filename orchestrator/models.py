@@ -109,10 +109,15 @@ class DeploymentRecord(BaseModel):
     deploymentId: str = Field(description="Format {projectSlug}-{prNumber}. Key of the record")
     branch: str
     commitSha: str
-    framework: str = Field(description="One of the loaded framework plugins (built in: nestjs, go, "
-                           "laravel, rust, python)")
-    dbType: str = Field(description="One of the loaded database plugins (built in: postgres, mysql, mongodb)")
-    appPort: int = Field(description="Port the app listens on inside the container")
+    framework: str | None = Field(
+        description="One of the loaded framework plugins (built in: nestjs, go, laravel, rust, python); "
+        "null until preview-config.yml was read"
+    )
+    dbType: str | None = Field(
+        description="One of the loaded database plugins (built in: postgres, mysql, mongodb); "
+        "null until preview-config.yml was read"
+    )
+    appPort: int | None = Field(description="Port the app listens on inside the container; null until known")
     exposedAppPort: int
     exposedDbPort: int
     status: DeploymentStatus
@@ -122,6 +127,8 @@ class DeploymentRecord(BaseModel):
     commentId: int | None = Field(
         default=None, description="Pull-request comment kept up to date; null until one was posted"
     )
+    cloneUrl: str | None = Field(default=None, description="Where the head commit was cloned from")
+    error: str | None = Field(default=None, description="Why the last deploy or update failed; null otherwise")
 
 
 class PortAllocation(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -80,8 +81,37 @@ class Settings(PluginSettings):
     codehost_api_url: str = "https://api.github.com"
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
-    # Import path `module:callable` returning the event handler; the deploy engine plugs in here.
-    event_handler: str = "orchestrator.handler:LoggingHandler"
+    # Import path `module:callable` returning the event handler (tests and embedders swap it).
+    event_handler: str = "orchestrator.engine:DeployEngine"
+    health_check_interval_seconds: float = Field(default=5.0, gt=0, le=600)
+    health_check_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    proxy_test_command: str = "nginx -t"
+    proxy_reload_command: str = "nginx -s reload"
+    # Clone URLs must use one of these git transports (`file` is for local mirrors and tests).
+    allowed_clone_protocols: Annotated[tuple[str, ...], NoDecode] = ("https",)
+    git_timeout_seconds: float = Field(default=300.0, gt=0)
+    build_command_timeout_seconds: float = Field(default=600.0, gt=0)
+    compose_timeout_seconds: float = Field(default=1800.0, gt=0)
+    codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
+    ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
+
+    @field_validator("allowed_clone_protocols", mode="before")
+    @classmethod
+    def _protocols(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [part.strip().lower() for part in value.split(",") if part.strip()]
+        protocols = tuple(value)
+        for protocol in protocols:
+            if protocol not in ("https", "http", "ssh", "git", "file"):
+                raise ValueError(f"{protocol!r} is not one of https, http, ssh, git, file")
+        return protocols
+
+    @field_validator("proxy_test_command", "proxy_reload_command")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        if not shlex.split(value):
+            raise ValueError("must name a program")
+        return value
 
     @field_validator("allowed_repos", mode="before")
     @classmethod

@@ -65,6 +65,7 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "prNumber", "repoName", "repoOwner", "projectSlug", "deploymentId", "branch", "commitSha",
         "framework", "dbType", "appPort", "exposedAppPort", "exposedDbPort", "status", "createdAt",
         "updatedAt", "url", "commentId",
+        "cloneUrl", "error",  # ours, documented in docs/decisions.md
     }
     assert record["properties"]["status"]["enum"] == ["building", "running", "failed"]
     assert record["properties"]["commentId"]["nullable"] is True

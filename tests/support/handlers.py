@@ -103,7 +103,7 @@ def _apply(data: StoreFile, event: PullRequestEvent) -> None:
     )
 
 
-def from_env(settings: Settings) -> RecordingHandler:
+def from_env(settings: Settings, plugins: object = None) -> RecordingHandler:
     """Factory for EVENT_HANDLER: journal and gate paths come from TEST_JOURNAL and TEST_GATE."""
     gate = os.environ.get("TEST_GATE")
     return RecordingHandler(

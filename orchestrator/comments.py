@@ -1,0 +1,41 @@
+"""The text of the one pull-request comment the service keeps up to date."""
+
+from __future__ import annotations
+
+MARKER = "<!-- preview-orchestrator -->"
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:7] or "unknown"
+
+
+def building(sha: str | None, updating: bool) -> str:
+    verb = "Updating" if updating else "Building"
+    return f"{MARKER}\n### ⏳ Preview: {verb.lower()}\n\n{verb} the preview for commit `{_short(sha)}`…"
+
+
+def ready(url: str, sha: str | None, seconds: float) -> str:
+    return (
+        f"{MARKER}\n### ✅ Preview ready\n\n"
+        f"**{url}**\n\n"
+        f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
+        "pull request closes."
+    )
+
+
+def failed(message: str, sha: str | None, log_tail: str = "") -> str:
+    text = (
+        f"{MARKER}\n### ❌ Preview failed\n\n"
+        f"Commit `{_short(sha)}`: **{message}**\n\n"
+    )
+    if log_tail.strip():
+        text += f"<details><summary>Last lines of the log</summary>\n\n```\n{log_tail.strip()}\n```\n</details>\n\n"
+    return text + "Push a new commit to retry, or close and reopen the pull request."
+
+
+def refused(message: str) -> str:
+    return f"{MARKER}\n### ⚠️ No preview\n\n{message}"
+
+
+def removed() -> str:
+    return f"{MARKER}\n### 🧹 Preview removed\n\nThe preview and its database were removed."

@@ -1,0 +1,75 @@
+"""The per-pull-request nginx route: write, test, reload; a route that fails the test is rolled back."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from orchestrator.commands import CommandFailed, DeploymentLog, clean_env, run
+
+LOCATION_TEMPLATE = """# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.
+location /{slug}/pr-{pr}/ {{
+    proxy_pass http://127.0.0.1:{port}/;
+    proxy_http_version 1.1;
+    proxy_set_header Host $host;
+    proxy_set_header X-Real-IP $remote_addr;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
+    proxy_set_header Upgrade $http_upgrade;
+    proxy_set_header Connection $http_connection;
+    proxy_read_timeout 300s;
+    proxy_connect_timeout 75s;
+}}
+"""
+
+
+class ProxyError(Exception):
+    pass
+
+
+class Proxy:
+    def __init__(self, config_dir: Path, test_command: str, reload_command: str) -> None:
+        self.config_dir = config_dir
+        self._test = shlex.split(test_command)
+        self._reload = shlex.split(reload_command)
+
+    def path(self, slug: str, pr: int) -> Path:
+        return self.config_dir / f"{slug}-pr-{pr}.conf"
+
+    def route(self, slug: str, pr: int, deployment_id: str, port: int) -> str:
+        return LOCATION_TEMPLATE.format(slug=slug, pr=pr, deployment_id=deployment_id, port=port)
+
+    def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None) -> None:
+        """Write the route, test the whole config, reload; restore the previous file if the test fails."""
+        path = self.path(slug, pr)
+        previous = path.read_bytes() if path.exists() else None
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".conf.tmp")
+        tmp.write_text(self.route(slug, pr, deployment_id, port))
+        tmp.replace(path)
+        try:
+            self._run(self._test, log)
+        except ProxyError:
+            if previous is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(previous)
+            raise
+        self._run(self._reload, log)
+
+    def remove(self, slug: str, pr: int, log: DeploymentLog | None) -> None:
+        path = self.path(slug, pr)
+        if not path.exists():
+            return
+        path.unlink()
+        self._run(self._reload, log)
+
+    def reload(self, log: DeploymentLog | None) -> None:
+        self._run(self._reload, log)
+
+    def _run(self, argv: list[str], log: DeploymentLog | None) -> None:
+        try:
+            run(argv, cwd=None, env=clean_env(), timeout=60, log=log)
+        except CommandFailed as exc:
+            raise ProxyError(f"{' '.join(argv)}: {exc.tail(5) or exc}") from exc
