@@ -40,7 +40,8 @@ def webhook_headers(
     }
 
 
-def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, **head: Any) -> bytes:
+def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, clone_url: str | None = None,
+               **head: Any) -> bytes:
     """The real `pull_request.<action>` fixture with a chosen number, SHA or head fields."""
     name = {"reopened": "pull_request.reopened", "synchronize": "pull_request.synchronize",
             "closed": "pull_request.closed"}.get(action, "pull_request.opened")
@@ -51,4 +52,6 @@ def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, 
     if sha:
         data["pull_request"]["head"]["sha"] = sha
     data["pull_request"]["head"].update(head)
+    if clone_url is not None:
+        data["pull_request"]["head"]["repo"]["clone_url"] = clone_url
     return json.dumps(data).encode()

@@ -1,0 +1,97 @@
+"""A fake of the code host's REST API on 127.0.0.1: records calls, keeps comments, fails on demand."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    status: int
+
+
+@dataclass
+class FakeCodeHost:
+    calls: list[Call] = field(default_factory=list)
+    comments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    next_id: int = 1000
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def fail_next(self, count: int, status: int, headers: dict[str, str] | None = None) -> None:
+        with self.lock:
+            self.failures.extend([(status, headers or {})] * count)
+
+    def comments_on(self, owner: str, repo: str, pr: int) -> list[dict[str, Any]]:
+        with self.lock:
+            return [c for c in self.comments.values() if (c["owner"], c["repo"], c["pr"]) == (owner, repo, pr)]
+
+    def start(self) -> FakeCodeHost:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else {}
+                status, payload, headers = fake._route(self.command, self.path, body)
+                with fake.lock:
+                    fake.calls.append(Call(self.command, self.path, body, dict(self.headers.items()), status))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_PATCH = do_GET = _handle  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self.lock:
+            if self.failures:
+                status, headers = self.failures.pop(0)
+                return status, {"message": "injected failure"}, headers
+            created = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments", path)
+            if method == "POST" and created:
+                self.next_id += 1
+                self.comments[self.next_id] = {"owner": created[1], "repo": created[2], "pr": int(created[3]),
+                                               "body": body.get("body", ""), "edits": 0}
+                return 201, {"id": self.next_id, "body": body.get("body", "")}, {}
+            edited = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/comments/(\d+)", path)
+            if method == "PATCH" and edited:
+                comment = self.comments.get(int(edited[3]))
+                if comment is None:
+                    return 404, {"message": "Not Found"}, {}
+                comment["body"] = body.get("body", "")
+                comment["edits"] += 1
+                return 200, {"id": int(edited[3]), "body": comment["body"]}, {}
+            return 404, {"message": "Not Found"}, {}

@@ -1,0 +1,72 @@
+"""A real nginx instance of the test's own (config, prefix and port in a temporary directory)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.live import free_port
+
+CONFIG = """worker_processes 1;
+daemon on;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location = /nginx-alive {{ return 200 "alive"; }}
+        location / {{ return 404; }}
+        include {routes}/*.conf;
+    }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, directory: Path, routes: Path) -> None:
+        self.dir = directory
+        self.routes = routes
+        self.port = free_port()
+        self.conf = directory / "nginx.conf"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self, *args: str) -> str:
+        return shlex.join(["nginx", "-c", str(self.conf), "-p", str(self.dir), *args])
+
+    @property
+    def test_command(self) -> str:
+        return self.command("-t", "-q")
+
+    @property
+    def reload_command(self) -> str:
+        return self.command("-s", "reload")
+
+    def start(self) -> Nginx:
+        (self.dir / "tmp").mkdir(parents=True, exist_ok=True)
+        self.routes.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(CONFIG.format(dir=self.dir, port=self.port, routes=self.routes))
+        subprocess.run(shlex.split(self.command()), check=True, timeout=30)
+        for _ in range(100):
+            try:
+                if httpx.get(f"{self.url}/nginx-alive", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError("nginx did not start")
+
+    def stop(self) -> None:
+        subprocess.run(shlex.split(self.command("-s", "quit")), timeout=30, capture_output=True)
