@@ -28,9 +28,12 @@ def clone_url_problem(url: str, allowed_protocols: tuple[str, ...]) -> str | Non
 
 
 def token_applies(clone_url: str, api_url: str) -> bool:
-    """Send the token only to the code host itself (github.com for api.github.com; the same host for GHE)."""
+    """Send the token only to the code host itself (github.com for api.github.com; the same host for GHE),
+    over the API's own scheme."""
     clone, api = urlsplit(clone_url), urlsplit(api_url)
-    if clone.scheme != "https" or not clone.hostname or not api.hostname:
+    if clone.scheme not in ("https", "http") or clone.scheme != api.scheme or not clone.hostname or not api.hostname:
+        return False
+    if clone.port != api.port:
         return False
     api_host = api.hostname.lower()
     web_host = api_host.removeprefix("api.")

@@ -1,0 +1,96 @@
+"""git with real repositories: clone/checkout/reset, refused transports, and the token kept out of band."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from orchestrator.commands import CommandFailed, DeploymentLog
+from orchestrator.git_ops import CloneRefused, Git, token_applies
+from tests.support.git_repos import git, make_pr_repo
+
+TOKEN = "ghs_supersecrettoken123"
+
+
+def test_clone_checks_out_the_branch_at_the_sha_and_updates(tmp_path: Path) -> None:
+    repo = make_pr_repo(tmp_path / "repos", "python", "feature/x")
+    tool = Git(TOKEN, "https://api.github.com", ("file",), 60, tmp_path)
+    log = DeploymentLog(tmp_path / "deploy.log")
+    work = tmp_path / "work"
+    tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, log)
+    assert (work / "message.txt").read_text() == "commit A\n"
+    assert git(work, "rev-parse", "--abbrev-ref", "HEAD") == "feature/x"
+    (work / "Dockerfile.preview-orchestrator").write_text("left over")
+    tool.checkout(repo.clone_url, repo.branch, repo.sha_b, work, log)
+    assert (work / "message.txt").read_text() == "commit B\n"
+    assert not (work / "Dockerfile.preview-orchestrator").exists()  # untracked leftovers are cleaned
+    assert TOKEN not in log.path.read_text()  # a file:// clone never gets the token
+
+
+@pytest.mark.parametrize("url", ["https://github.com/a/b.git", "ext::sh -c touch% /tmp/pwned", "-uhelp"])
+def test_transports_outside_the_allowed_list_are_refused(tmp_path: Path, url: str) -> None:
+    tool = Git("", "https://api.github.com", ("file",), 60, tmp_path)
+    with pytest.raises(CloneRefused):
+        tool.clone(url, "main", "a" * 40, tmp_path / "work", DeploymentLog(tmp_path / "log"))
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(
+    ("clone", "api", "applies"),
+    [
+        ("https://github.com/acme/api.git", "https://api.github.com", True),
+        ("https://api.github.com/acme/api.git", "https://api.github.com", True),
+        ("https://ghe.corp.test/acme/api.git", "https://ghe.corp.test/api/v3", True),
+        ("https://evil.test/acme/api.git", "https://api.github.com", False),
+        ("http://github.com/acme/api.git", "https://api.github.com", False),
+        ("/srv/git/api.git", "https://api.github.com", False),
+    ],
+)
+def test_token_goes_only_to_the_code_host(clone: str, api: str, applies: bool) -> None:
+    assert token_applies(clone, api) is applies
+
+
+@pytest.fixture
+def git_http() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    seen: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append({"path": self.path, "authorization": self.headers.get("Authorization", "")})
+            self.send_response(404)
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+
+
+def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_path: Path, git_http) -> None:
+    base, seen = git_http
+    tool = Git(TOKEN, base, ("http",), 60, tmp_path)
+    log = DeploymentLog(tmp_path / "deploy.log")
+    with pytest.raises(CommandFailed) as failed:
+        tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", log)
+    expected = "Basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert seen and seen[0]["authorization"] == expected
+    assert all(TOKEN not in request["path"] for request in seen)
+    assert TOKEN not in " ".join(failed.value.argv)
+    assert TOKEN not in log.path.read_text() and TOKEN not in failed.value.output
+    assert not list(tmp_path.rglob("config")) or all(TOKEN not in p.read_text() for p in tmp_path.rglob("config"))
+
+
+def test_other_hosts_never_see_the_token(tmp_path: Path, git_http) -> None:
+    base, seen = git_http
+    tool = Git(TOKEN, "http://127.0.0.1:1", ("http",), 60, tmp_path)  # the code host is elsewhere
+    with pytest.raises(CommandFailed):
+        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", DeploymentLog(tmp_path / "l"))
+    assert seen and all(request["authorization"] == "" for request in seen)

@@ -1,0 +1,75 @@
+"""The nginx route with a real nginx: served with the right headers, rolled back when nginx -t fails."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchestrator.proxy import Proxy, ProxyError
+from tests.support.live import wait_until
+from tests.support.nginx import Nginx
+
+
+@pytest.fixture
+def nginx(tmp_path: Path) -> Iterator[Nginx]:
+    server = Nginx(tmp_path / "nginx", tmp_path / "routes").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = f"path={self.path}\n" + "".join(f"{k.lower()}={v}\n" for k, v in self.headers.items())
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: int) -> None:
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None)
+    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
+    echoed = httpx.get(f"{nginx.url}/acme-api/pr-3/items?y=1", headers={"Connection": "Upgrade",
+                                                                         "Upgrade": "websocket"}).text
+    assert "path=/items?y=1" in echoed
+    assert "x-forwarded-prefix=/acme-api/pr-3" in echoed and "x-real-ip=127.0.0.1" in echoed
+    assert "x-forwarded-proto=http" in echoed and "x-forwarded-for=127.0.0.1" in echoed
+    assert "upgrade=websocket" in echoed and "connection=Upgrade" in echoed
+    text = proxy.path("acme-api", 3).read_text()
+    assert "proxy_read_timeout 300s;" in text and "proxy_connect_timeout 75s;" in text
+    proxy.remove("acme-api", 3, None)
+    assert not proxy.path("acme-api", 3).exists()
+    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
+
+
+def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int) -> None:
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None)
+    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
+    before = proxy.path("acme-api", 3).read_text()
+    (nginx.routes / "zz-broken.conf").write_text("this is not nginx config;\n")
+    with pytest.raises(ProxyError):
+        proxy.install("acme-api", 3, "acme-api-3", upstream + 1, None)
+    assert proxy.path("acme-api", 3).read_text() == before
+    with pytest.raises(ProxyError):
+        proxy.install("acme-api", 4, "acme-api-4", upstream, None)
+    assert not proxy.path("acme-api", 4).exists()
+    (nginx.routes / "zz-broken.conf").unlink()
+    assert httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200  # the running config was never broken
