@@ -1,0 +1,152 @@
+"""The deploy engine's own rules with real parts: the preview limit, start-up reconciliation, the TTL and a
+cleanup that finishes its job whatever is already gone."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.dispatcher import Dispatcher
+from orchestrator.engine import INTERRUPTED, DeployEngine
+from orchestrator.handler import FlowError
+from orchestrator.inbox import Inbox
+from orchestrator.models import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
+from orchestrator.rendering import DEPLOYMENT_LABEL
+from orchestrator.ttl import TtlScheduler
+from tests.conftest import SettingsFactory
+from tests.support.fake_codehost import FakeCodeHost
+from tests.support.standins import require_engine
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def codehost() -> Iterator[FakeCodeHost]:
+    fake = FakeCodeHost().start()
+    yield fake
+    fake.stop()
+
+
+def make_engine(make_settings: SettingsFactory, codehost: FakeCodeHost, **overrides: object) -> DeployEngine:
+    values = {"codehost_api_url": codehost.url, "proxy_test_command": "true", "proxy_reload_command": "true",
+              "codehost_retry_base_seconds": 0.0, **overrides}
+    return DeployEngine(make_settings(**values))
+
+
+def record(pr: int, status: str = "running", age_days: float = 0) -> DeploymentRecord:
+    when = datetime.now(UTC) - timedelta(days=age_days)
+    return DeploymentRecord(
+        prNumber=pr, repoName="api", repoOwner="acme", projectSlug="acme-api", deploymentId=f"acme-api-{pr}",
+        branch="main", commitSha="a" * 40, framework="go", dbType="postgres", appPort=8080,
+        exposedAppPort=8000 + pr, exposedDbPort=9000 + pr, status=status, createdAt=when, updatedAt=when,
+        url=f"http://localhost/acme-api/pr-{pr}/", commentId=None,
+    )
+
+
+def seed(engine: DeployEngine, *records: DeploymentRecord) -> None:
+    def change(data: StoreFile) -> None:
+        for item in records:
+            data.deployments[item.deploymentId] = item
+            data.portAllocations[item.deploymentId] = PortAllocation(
+                exposedAppPort=item.exposedAppPort, exposedDbPort=item.exposedDbPort)
+
+    engine.store.update(change)
+
+
+def event(action: str, pr: int) -> PullRequestEvent:
+    return PullRequestEvent(
+        delivery_id=f"{action}-{pr}", action=action, deployment_id=f"acme-api-{pr}", project_slug="acme-api",
+        repo_owner="acme", repo_name="api", pr_number=pr, branch="main", commit_sha="b" * 40,
+        clone_url="/nonexistent.git", received_at=datetime.now(UTC),
+    )
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+
+def test_a_deploy_beyond_the_limit_fails_before_touching_anything(make_settings, codehost) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost, max_concurrent_previews=1)
+    seed(engine, record(1))
+    with pytest.raises(FlowError, match="Preview limit reached: 1 previews exist"):
+        engine.handle(event("opened", 2))
+    assert set(engine.store.read().deployments) == {"acme-api-1"}
+    assert set(engine.store.read().portAllocations) == {"acme-api-1"}
+    assert not (engine.settings.deployments_dir / "acme-api" / "pr-2").exists()
+    [comment] = codehost.comments_on("acme", "api", 2)
+    assert "Preview limit reached" in comment["body"]
+
+
+def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, codehost) -> None:  # noqa: ANN001
+    require_engine()
+    engine = make_engine(make_settings, codehost)
+    seed(engine, record(1, "building"), record(2, "building"), record(3, "running"))
+    label = f"{DEPLOYMENT_LABEL}=ghost-repo-9"
+    container = docker("run", "-d", "--label", label, "po-standin/base:test", "sleep", "300")
+    docker("volume", "create", "--label", label, "ghost-repo-9_data")
+    docker("network", "create", "--label", label, "ghost-repo-9_default")
+    routes = engine.settings.proxy_config_dir
+    routes.mkdir(parents=True)
+    (routes / "ghost-repo-pr-9.conf").write_text("# orphan\n")
+    (routes / "acme-api-pr-3.conf").write_text("# kept\n")
+    orphan_dir = engine.settings.deployments_dir / "ghost-repo" / "pr-9"
+    kept_dir = engine.settings.deployments_dir / "acme-api" / "pr-3"
+    orphan_dir.mkdir(parents=True)
+    kept_dir.mkdir(parents=True)
+
+    engine.startup(open_deployments={"acme-api-2"})
+
+    deployments = engine.store.read().deployments
+    assert deployments["acme-api-1"].status == "failed" and deployments["acme-api-1"].error == INTERRUPTED
+    assert deployments["acme-api-2"].status == "building"  # its event runs again
+    assert deployments["acme-api-3"].status == "running"
+    assert docker("ps", "-aq", "--filter", f"id={container}") == ""
+    assert docker("volume", "ls", "-q", "--filter", f"label={label}") == ""
+    assert docker("network", "ls", "-q", "--filter", f"label={label}") == ""
+    assert not (routes / "ghost-repo-pr-9.conf").exists() and (routes / "acme-api-pr-3.conf").exists()
+    assert not orphan_dir.exists() and kept_dir.exists()
+
+
+def test_ttl_queues_one_cleanup_per_expired_preview(make_settings, codehost, tmp_path: Path) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost, cleanup_ttl_days=7)
+    seed(engine, record(1, age_days=8), record(2, age_days=6.9))
+    inbox = Inbox(tmp_path / "inbox.sqlite3")
+
+    async def check_twice() -> tuple[int, int]:
+        scheduler = TtlScheduler(engine.expired, inbox, Dispatcher(inbox, engine, 1), 3600)
+        return await scheduler.check(), await scheduler.check()
+
+    assert asyncio.run(check_twice()) == (1, 0)
+    claimed = inbox.claim_next([])
+    assert claimed.event.action == "closed" and claimed.event.deployment_id == "acme-api-1"
+    assert inbox.claim_next([]) is None
+    disabled = make_engine(make_settings, codehost, cleanup_ttl_days=0)
+    assert disabled.expired(datetime.now(UTC) + timedelta(days=365)) == []
+
+
+def test_cleanup_finishes_when_everything_is_already_gone(make_settings, codehost) -> None:  # noqa: ANN001
+    require_engine()
+    engine = make_engine(make_settings, codehost)
+    seed(engine, record(4))
+    engine.handle(event("closed", 4))
+    assert engine.store.read() == StoreFile()
+
+
+def test_cleanup_reports_what_it_left_but_removes_the_rest(make_settings, codehost) -> None:  # noqa: ANN001
+    require_engine()
+    engine = make_engine(make_settings, codehost, proxy_reload_command="false")
+    seed(engine, record(5))
+    route = engine.proxy.path("acme-api", 5)
+    route.parent.mkdir(parents=True)
+    route.write_text("# route\n")
+    work = engine.settings.deployments_dir / "acme-api" / "pr-5"
+    work.mkdir(parents=True)
+    with pytest.raises(FlowError, match="Cleanup incomplete: proxy"):
+        engine.handle(event("closed", 5))
+    assert not route.exists() and not work.exists()
+    assert engine.store.read() == StoreFile()
