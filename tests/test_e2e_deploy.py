@@ -219,3 +219,19 @@ def test_a_route_that_fails_nginx_t_is_rolled_back(stack: Stack) -> None:
         stack.send("closed", number, source, source.sha_a)
         stack.wait_gone(number)
         assert_fully_removed(stack, number)
+
+
+def test_a_failed_preview_is_retried_by_the_next_push(stack: Stack) -> None:
+    pr = 35
+    repo = make_pr_repo(stack.root / "repos", "python", "fail/retry",
+                        config=config_for("python", build_commands=["test -f fixed"]), files_b={"fixed": "yes\n"})
+    stack.send("opened", pr, repo, repo.sha_a)
+    assert stack.wait_for(pr, "failed")["error"] == "Build command failed: test -f fixed"
+    stack.send("synchronize", pr, repo, repo.sha_b)
+    record = stack.wait_for(pr, "running", repo.sha_b)
+    assert record["error"] is None
+    assert stack.page(pr).text == "python says: commit B\n"
+    stack.wait_comment(pr, "Preview ready", repo.sha_b[:7])
+    stack.send("closed", pr, repo, repo.sha_b)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)

@@ -29,8 +29,10 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def make_pr_repo(root: Path, sample: str, branch: str, config: dict[str, Any] | None = None,
-                 files: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> PullRequestRepo:
-    """A bare repository whose `branch` has commit A (message "commit A") then commit B ("commit B")."""
+                 files: dict[str, str] | None = None, drop: tuple[str, ...] = (),
+                 files_b: dict[str, str] | None = None) -> PullRequestRepo:
+    """A bare repository whose `branch` has commit A (message "commit A") then commit B ("commit B",
+    plus `files_b`)."""
     work = root / f"{branch.replace('/', '_')}-work"
     shutil.copytree(SAMPLES / sample, work)
     if config is not None:
@@ -45,7 +47,10 @@ def make_pr_repo(root: Path, sample: str, branch: str, config: dict[str, Any] | 
     git(work, "commit", "-q", "-m", "commit A")
     sha_a = git(work, "rev-parse", "HEAD")
     (work / "message.txt").write_text("commit B\n")
-    git(work, "commit", "-q", "-am", "commit B")
+    for name, text in (files_b or {}).items():
+        (work / name).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "commit B")
     sha_b = git(work, "rev-parse", "HEAD")
     bare = root / f"{branch.replace('/', '_')}.git"
     git(root, "clone", "-q", "--bare", str(work), str(bare))
