@@ -64,6 +64,10 @@ class Stack:
     def wait_gone(self, pr: int) -> None:
         wait_until(lambda: f"{SLUG}-{pr}" not in self.records(), timeout=DEPLOY_TIMEOUT, message="cleanup")
 
+    def wait_page(self, pr: int, text: str, path: str = "") -> None:
+        """nginx applies a reload asynchronously: the route serves a moment after the record says running."""
+        wait_until(lambda: self.page(pr, path).text == text, timeout=15, message=f"page {path!r} = {text!r}")
+
     def page(self, pr: int, path: str = "") -> httpx.Response:
         return httpx.get(f"{self.nginx.url}/{SLUG}/pr-{pr}/{path}", timeout=10)
 
@@ -132,10 +136,11 @@ def test_preview_lifecycle(stack: Stack, framework: str, database: str) -> None:
                         config=config_for(framework, database))
 
     stack.send("opened", pr, repo, repo.sha_a)
+    assert stack.wait_for(pr, "building")["commitSha"] == repo.sha_a  # listed while the deploy runs
     record = stack.wait_for(pr, "running", repo.sha_a)
     assert record["framework"] == framework and record["dbType"] == database
     assert 8000 <= record["exposedAppPort"] < 9000 and 9000 <= record["exposedDbPort"] < 10000
-    assert stack.page(pr).text == f"{framework} says: commit A\n"
+    stack.wait_page(pr, f"{framework} says: commit A\n")
     assert stack.page(pr, "db").text == "db reachable"
     url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
     assert record["url"] == url
@@ -145,7 +150,7 @@ def test_preview_lifecycle(stack: Stack, framework: str, database: str) -> None:
     updated = stack.wait_for(pr, "running", repo.sha_b)
     assert (updated["exposedAppPort"], updated["exposedDbPort"]) == (record["exposedAppPort"],
                                                                       record["exposedDbPort"])
-    wait_until(lambda: stack.page(pr).text == f"{framework} says: commit B\n", timeout=20, message="commit B")
+    stack.wait_page(pr, f"{framework} says: commit B\n")
     stack.wait_comment(pr, "Preview ready", repo.sha_b[:7])
 
     stack.send("closed", pr, repo, repo.sha_b)
@@ -160,7 +165,7 @@ def test_extra_services_are_wired_end_to_end(stack: Stack) -> None:
                         config=config_for("python", "postgres", extra_services=["redis", "memcached"]))
     stack.send("opened", pr, repo, repo.sha_a)
     stack.wait_for(pr, "running", repo.sha_a)
-    assert stack.page(pr, "redis").text == "redis: +PONG"
+    stack.wait_page(pr, "redis: +PONG", "redis")
     assert stack.page(pr, "memcached").text.startswith("memcached: VERSION")
     headers = stack.page(pr, "headers").text.lower()
     assert f"x-forwarded-prefix: /{SLUG}/pr-{pr}" in headers and "x-real-ip: 127.0.0.1" in headers
@@ -202,6 +207,7 @@ def test_a_route_that_fails_nginx_t_is_rolled_back(stack: Stack) -> None:
     healthy = make_pr_repo(stack.root / "repos", "python", "proxy/ok", config=config_for("python"))
     stack.send("opened", healthy_pr, healthy, healthy.sha_a)
     stack.wait_for(healthy_pr, "running")
+    stack.wait_page(healthy_pr, "python says: commit A\n")
     # A duplicate location for pr-41 makes nginx -t reject the route the service writes.
     blocker = stack.root / "proxy" / "zz-blocker.conf"
     blocker.write_text(f"location /{SLUG}/pr-{pr}/ {{ return 418; }}\n")
@@ -230,7 +236,7 @@ def test_a_failed_preview_is_retried_by_the_next_push(stack: Stack) -> None:
     stack.send("synchronize", pr, repo, repo.sha_b)
     record = stack.wait_for(pr, "running", repo.sha_b)
     assert record["error"] is None
-    assert stack.page(pr).text == "python says: commit B\n"
+    stack.wait_page(pr, "python says: commit B\n")
     stack.wait_comment(pr, "Preview ready", repo.sha_b[:7])
     stack.send("closed", pr, repo, repo.sha_b)
     stack.wait_gone(pr)
