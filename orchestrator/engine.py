@@ -76,12 +76,25 @@ class DeployEngine:
 
     def handle(self, event: PullRequestEvent) -> None:
         existing = self.store.read().deployments.get(event.deployment_id)
+        if event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
+            self._refuse_fork(event)
+            return
         if event.action == "closed":
             self.cleanup(event, existing)
         elif existing is None:
             self.deploy(event, None)
         else:
             self.deploy(event, existing)  # opened again, reopened or synchronize: update in place
+
+    def _refuse_fork(self, event: PullRequestEvent) -> None:
+        """Forks run code from outside the team: one comment on opening, nothing recorded, nothing run."""
+        log.info("pull request from fork %s not deployed", event.head_repo_full_name,
+                 extra={"deploymentId": event.deployment_id})
+        if event.action in ("opened", "reopened"):
+            self._comment(event, None, comments.refused(
+                "Pull requests from forks are not deployed: their code would run on the preview host. "
+                "A maintainer can push the branch to this repository, or the operator can set ALLOW_FORK_PRS=true."
+            ))
 
     def target(self, slug: str, pr: int, deployment_id: str) -> Target:
         root = self.settings.deployments_dir.resolve()

@@ -96,6 +96,12 @@ class PullRequestEvent(BaseModel):
     base_ref: str | None = None
     received_at: datetime
 
+    @property
+    def from_fork(self) -> bool:
+        """Head repository differs from the base one (or is gone, as when a fork was deleted)."""
+        base = f"{self.repo_owner}/{self.repo_name}".lower()
+        return (self.head_repo_full_name or "").lower() != base
+
 
 class DeploymentRecord(BaseModel):
     """One tracked preview, as stored and as returned by `GET /api/previews`."""

@@ -83,6 +83,8 @@ class Settings(PluginSettings):
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
     event_handler: str = "orchestrator.engine:DeployEngine"
+    # Pull requests whose head repository is not the base repository run code from outside the team.
+    allow_fork_prs: bool = False
     health_check_interval_seconds: float = Field(default=5.0, gt=0, le=600)
     health_check_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     proxy_test_command: str = "nginx -t"

@@ -58,11 +58,11 @@ def seed(engine: DeployEngine, *records: DeploymentRecord) -> None:
     engine.store.update(change)
 
 
-def event(action: str, pr: int) -> PullRequestEvent:
+def event(action: str, pr: int, head_repo: str = "acme/api") -> PullRequestEvent:
     return PullRequestEvent(
         delivery_id=f"{action}-{pr}", action=action, deployment_id=f"acme-api-{pr}", project_slug="acme-api",
         repo_owner="acme", repo_name="api", pr_number=pr, branch="main", commit_sha="b" * 40,
-        clone_url="/nonexistent.git", received_at=datetime.now(UTC),
+        clone_url="/nonexistent.git", head_repo_full_name=head_repo, received_at=datetime.now(UTC),
     )
 
 
@@ -150,3 +150,21 @@ def test_cleanup_reports_what_it_left_but_removes_the_rest(make_settings, codeho
         engine.handle(event("closed", 5))
     assert not route.exists() and not work.exists()
     assert engine.store.read() == StoreFile()
+
+
+@pytest.mark.parametrize("head_repo", ["stranger/api", None])
+def test_fork_pull_requests_get_one_comment_and_nothing_else(make_settings, codehost, head_repo) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost)
+    engine.handle(event("opened", 6, head_repo=head_repo))
+    engine.handle(event("synchronize", 6, head_repo=head_repo))
+    [comment] = codehost.comments_on("acme", "api", 6)
+    assert "forks are not deployed" in comment["body"] and comment["edits"] == 0
+    assert engine.store.read() == StoreFile()
+    assert not engine.settings.deployments_dir.exists()
+
+
+def test_forks_are_deployed_when_allowed(make_settings, codehost) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost, allow_fork_prs=True, allowed_clone_protocols="file")
+    with pytest.raises(FlowError, match="Git clone or checkout failed"):
+        engine.handle(event("opened", 7, head_repo="stranger/api"))
+    assert engine.store.read().deployments["acme-api-7"].status == "failed"
