@@ -1,0 +1,126 @@
+"""A running stack for end-to-end tests: the real service, a real nginx and the fake code host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from orchestrator.rendering import DEPLOYMENT_LABEL
+from tests.support.fake_codehost import FakeCodeHost
+from tests.support.git_repos import PullRequestRepo
+from tests.support.live import ServiceProcess, wait_until
+from tests.support.nginx import Nginx
+from tests.support.payloads import pr_payload, webhook_headers
+from tests.support.standins import overrides_setting, require_engine
+
+SLUG = "codertocat-hello-world"
+DEPLOY_TIMEOUT = 420
+
+
+@dataclass
+class Stack:
+    service: ServiceProcess
+    nginx: Nginx
+    codehost: FakeCodeHost
+    root: Path
+
+    def send(self, action: str, pr: int, repo: PullRequestRepo, sha: str) -> None:
+        body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch)
+        response = httpx.post(f"{self.service.url}/webhook/codehost", content=body,
+                              headers=webhook_headers(body), timeout=10)
+        assert response.status_code == 200, response.text
+
+    def records(self) -> dict[str, dict]:
+        deployments = httpx.get(f"{self.service.url}/api/previews", timeout=10).json()["deployments"]
+        return {d["deploymentId"]: d for d in deployments}
+
+    def store(self) -> dict:
+        return json.loads((self.root / "state" / "deployments.json").read_text())
+
+    def wait_for(self, pr: int, status: str, sha: str | None = None) -> dict:
+        deployment = f"{SLUG}-{pr}"
+
+        def settled() -> bool:
+            record = self.records().get(deployment)
+            return bool(record and record["status"] == status and (sha is None or record["commitSha"] == sha))
+
+        try:
+            wait_until(settled, timeout=DEPLOY_TIMEOUT, message=f"{deployment} {status}")
+        except AssertionError:
+            log = self.root / "deployments" / SLUG / f"pr-{pr}.log"
+            tail = log.read_text()[-4000:] if log.exists() else "(no log)"
+            raise AssertionError(f"{deployment} not {status}: {self.records().get(deployment)}\n{tail}") from None
+        return self.records()[deployment]
+
+    def wait_gone(self, pr: int) -> None:
+        wait_until(lambda: f"{SLUG}-{pr}" not in self.records(), timeout=DEPLOY_TIMEOUT, message="cleanup")
+
+    def wait_page(self, pr: int, text: str, path: str = "") -> None:
+        """nginx applies a reload asynchronously: the route serves a moment after the record says running."""
+        wait_until(lambda: self.page(pr, path).text == text, timeout=15, message=f"page {path!r} = {text!r}")
+
+    def page(self, pr: int, path: str = "") -> httpx.Response:
+        return httpx.get(f"{self.nginx.url}/{SLUG}/pr-{pr}/{path}", timeout=10)
+
+    def wait_comment(self, pr: int, *texts: str) -> str:
+        """The comment follows the record (the spec's order: record, then comment)."""
+        wait_until(lambda: all(t in self.comment(pr) for t in texts), timeout=30, message=f"comment {texts}")
+        return self.comment(pr)
+
+    def comment(self, pr: int) -> str:
+        comments = self.codehost.comments_on("Codertocat", "Hello-World", pr)
+        assert len(comments) == 1, comments  # one comment per pull request, edited in place
+        return comments[0]["body"]
+
+
+def service_env(codehost: FakeCodeHost, nginx: Nginx, **extra: str) -> dict[str, str]:
+    return dict(
+        CODEHOST_API_URL=codehost.url,
+        PREVIEW_BASE_URL=nginx.url,
+        IMAGE_OVERRIDES=overrides_setting(),
+        ALLOWED_CLONE_PROTOCOLS="file",
+        HEALTH_CHECK_INTERVAL_SECONDS="0.5",
+        HEALTH_CHECK_TIMEOUT_SECONDS="20",
+        PROXY_TEST_COMMAND=nginx.test_command,
+        PROXY_RELOAD_COMMAND=nginx.reload_command,
+        CODEHOST_RETRY_BASE_SECONDS="0.05",
+        MAX_CONCURRENT_BUILDS="2",
+    ) | extra
+
+
+def start_stack(root: Path, **extra: str) -> Stack:
+    require_engine()
+    codehost = FakeCodeHost().start()
+    nginx = Nginx(root / "nginx", root / "proxy").start()
+    service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
+    return Stack(service, nginx, codehost, root)
+
+
+def stop_stack(stack: Stack) -> None:
+    stack.service.stop()
+    stack.nginx.stop()
+    stack.codehost.stop()
+
+
+def labelled_resources(deployment_id: str) -> list[str]:
+    found = []
+    for argv in (["docker", "ps", "-aq"], ["docker", "volume", "ls", "-q"], ["docker", "network", "ls", "-q"]):
+        output = subprocess.run([*argv, "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"],
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+        found += output.split()
+    return found
+
+
+def assert_fully_removed(stack: Stack, pr: int) -> None:
+    deployment = f"{SLUG}-{pr}"
+    assert labelled_resources(deployment) == []
+    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}").exists()
+    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
+    assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
+    store = stack.store()
+    assert deployment not in store["deployments"] and deployment not in store["portAllocations"]
+    wait_until(lambda: stack.page(pr).status_code == 404, timeout=10, message="route gone")

@@ -1,0 +1,129 @@
+"""Faults and load with real parts: the service killed mid-deploy and mid-update, the code host failing for
+a while, git unable to clone, and 50 pull requests at once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.git_repos import make_pr_repo
+from tests.support.live import ServiceProcess, wait_until
+from tests.support.payloads import pr_payload, webhook_headers
+from tests.support.repos import config_for
+from tests.support.stack import SLUG, Stack, assert_fully_removed, service_env, start_stack, stop_stack
+
+pytestmark = [pytest.mark.docker, pytest.mark.live]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = start_stack(tmp_path_factory.mktemp("faults"), MAX_CONCURRENT_PREVIEWS="60",
+                          MAX_CONCURRENT_BUILDS="4")
+    yield running
+    stop_stack(running)
+
+
+def restart(stack: Stack) -> None:
+    """SIGKILL the service and start it again on the same port with the same settings."""
+    stack.service.kill9()
+    env = service_env(stack.codehost, stack.nginx, MAX_CONCURRENT_PREVIEWS="60", MAX_CONCURRENT_BUILDS="4")
+    stack.service = ServiceProcess(stack.root, port=stack.service.port, **env).start()
+    json.loads((stack.root / "state" / "deployments.json").read_text())  # the store is still valid JSON
+
+
+@pytest.mark.parametrize("moment", ["deploy", "update"])
+def test_sigkill_in_the_middle_of_a_flow_ends_running_and_cleans_up(stack: Stack, moment: str) -> None:
+    pr = 60 if moment == "deploy" else 61
+    repo = make_pr_repo(stack.root / "repos", "python", f"kill/{moment}",
+                        config=config_for("python", build_commands=["sleep 3"]))
+    stack.send("opened", pr, repo, repo.sha_a)
+    if moment == "update":
+        stack.wait_for(pr, "running", repo.sha_a)
+        stack.send("synchronize", pr, repo, repo.sha_b)
+    log = stack.root / "deployments" / SLUG / f"pr-{pr}.log"
+    runs = 1 if moment == "deploy" else 2
+    wait_until(lambda: log.exists() and log.read_text().count("$ sh -c sleep 3") == runs, timeout=60,
+               message="inside build_commands")
+    restart(stack)
+    sha = repo.sha_a if moment == "deploy" else repo.sha_b
+    stack.wait_for(pr, "running", sha)  # the acknowledged event ran again after the restart
+    stack.wait_page(pr, f"python says: commit {'A' if moment == 'deploy' else 'B'}\n")
+    stack.send("closed", pr, repo, sha)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def test_code_host_failing_for_a_while_does_not_fail_the_deploy(stack: Stack) -> None:
+    pr = 62
+    repo = make_pr_repo(stack.root / "repos", "python", "flaky/host", config=config_for("python"))
+    stack.codehost.fail_next(2, 500)
+    stack.codehost.fail_next(1, 429, {"Retry-After": "1"})
+    stack.send("opened", pr, repo, repo.sha_a)
+    stack.wait_for(pr, "running", repo.sha_a)
+    stack.wait_comment(pr, "Preview ready")
+    assert [c.status for c in stack.codehost.calls[:4]] == [500, 500, 429, 201]
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def test_an_unreachable_clone_url_fails_cleanly(stack: Stack) -> None:
+    pr = 63
+    repo = make_pr_repo(stack.root / "repos", "python", "gone/repo", config=config_for("python"))
+    body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=str(stack.root / "no-such.git"), ref=repo.branch)
+    response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body))
+    assert response.status_code == 200
+    assert stack.wait_for(pr, "failed")["error"] == "Git clone or checkout failed"
+    stack.wait_comment(pr, "Git clone or checkout failed")
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -> None:
+    # No preview-config.yml: each deploy allocates ports, clones and fails fast, which is what is measured.
+    repo = make_pr_repo(stack.root / "repos", "python", "load/many", drop=("preview-config.yml",))
+    numbers = list(range(100, 150))
+    errors: list[str] = []
+
+    def send(pr: int) -> None:
+        body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch)
+        response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+                              headers=webhook_headers(body, delivery=f"load-{pr}"), timeout=30)
+        if response.status_code != 200:
+            errors.append(response.text)
+
+    threads = [threading.Thread(target=send, args=(pr,)) for pr in numbers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    # Two events for one pull request 10 ms apart: both run, in order.
+    stack.send("opened", 150, repo, repo.sha_a)
+    threading.Event().wait(0.01)
+    stack.send("synchronize", 150, repo, repo.sha_b)
+    wait_until(lambda: sum(1 for r in stack.records().values() if r["status"] == "failed") == 51, timeout=300,
+               message="51 deploys finished")
+    records = [r for r in stack.records().values() if r["prNumber"] >= 100]
+    assert len({(r["exposedAppPort"]) for r in records}) == 51
+    assert len({(r["exposedDbPort"]) for r in records}) == 51
+    assert not {r["exposedAppPort"] for r in records} & {r["exposedDbPort"] for r in records}
+    wait_until(lambda: stack.records()[f"{SLUG}-150"]["commitSha"] == repo.sha_b, timeout=60, message="sync ran")
+    inbox = sqlite3.connect(stack.root / "state" / "inbox.sqlite3")
+    rows = inbox.execute("SELECT delivery_id, status FROM events WHERE delivery_id LIKE 'load-%'").fetchall()
+    assert sorted(d for d, _ in rows) == sorted(f"load-{pr}" for pr in numbers)  # each stored once
+    assert {status for _, status in rows} == {"failed"}  # and each processed, once
+    for pr in numbers:
+        assert len(stack.codehost.comments_on("Codertocat", "Hello-World", pr)) == 1
+    for pr in [*numbers, 150]:
+        stack.send("closed", pr, repo, repo.sha_b)
+    wait_until(lambda: not any(r["prNumber"] >= 100 for r in stack.records().values()), timeout=300,
+               message="all cleaned")
+    for pr in (100, 125, 150):
+        assert_fully_removed(stack, pr)
