@@ -369,3 +369,16 @@ def test_error_bodies_are_json_for_every_status(client: testing.TestClient) -> N
                    client.simulate_delete("/api/previews/..")):
         assert result.headers["content-type"].startswith(falcon.MEDIA_JSON)
         assert set(result.json) == {"error"}
+
+
+@pytest.mark.parametrize("full_name", ["Ünïcode/Hello-World", "Codertocat/Hello World", "../../etc/passwd",
+                                       "codertocat/hello-world/extra", "x" * 300])
+def test_hostile_repository_names_never_reach_the_inbox(make_settings: SettingsFactory, handler: RecordingHandler,
+                                                        full_name: str) -> None:
+    settings = make_settings(webhook_processing="sync")
+    client = testing.TestClient(create_app(settings, handler))
+    payload = json.loads(pr_payload())
+    payload["repository"]["full_name"] = full_name
+    result = post_webhook(client, json.dumps(payload).encode())
+    assert result.status_code in (400, 403), result.text
+    assert Inbox(settings.inbox_path).depth() == 0 and handler.entries("start") == []
