@@ -3,6 +3,7 @@ output appended to the deployment's log file. Never a shell, except `build_comma
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
@@ -34,9 +35,14 @@ class DeploymentLog:
     path: Path
 
     def write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8", errors="replace") as handle:
-            handle.write(text if text.endswith("\n") else text + "\n")
+        # A full or read-only disk must not turn a deploy into a crash: the step itself will fail and say so.
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8", errors="replace") as handle:
+                handle.write(text if text.endswith("\n") else text + "\n")
+        except OSError as exc:
+            logging.getLogger("orchestrator.commands").warning("deployment log %s not written: %s", self.path,
+                                                                exc.strerror)
 
     def note(self, message: str) -> None:
         self.write(f"[{datetime.now(UTC).isoformat(timespec='seconds')}] {message}")

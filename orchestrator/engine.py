@@ -157,7 +157,10 @@ class DeployEngine:
             rendered = render_deployment(self.plugins, target.work_dir, config, context)
         except ConfigError as exc:
             raise StepFailed("; ".join(exc.problems)) from None
-        compose_file = write_rendered(target.work_dir, rendered)
+        try:
+            compose_file = write_rendered(target.work_dir, rendered)
+        except OSError as exc:
+            raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
         try:
             self.compose.build(event.deployment_id, compose_file, target.log)
         except CommandFailed as exc:

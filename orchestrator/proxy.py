@@ -50,13 +50,14 @@ class Proxy:
         tmp.replace(path)
         try:
             self._run(self._test, log)
+            self._run(self._reload, log)
         except ProxyError:
+            # Leave nginx's directory as it was, so the next reload does not pick up a route we reported failed.
             if previous is None:
                 path.unlink(missing_ok=True)
             else:
                 path.write_bytes(previous)
             raise
-        self._run(self._reload, log)
 
     def remove(self, slug: str, pr: int, log: DeploymentLog | None) -> None:
         path = self.path(slug, pr)

@@ -4,26 +4,36 @@ a while, git unable to clone, and 50 pull requests at once."""
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, wait_until
+from tests.support.nginx import Nginx
 from tests.support.payloads import pr_payload, webhook_headers
 from tests.support.repos import config_for
-from tests.support.stack import SLUG, Stack, assert_fully_removed, service_env, start_stack, stop_stack
+from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.live]
 
 
+def slow_reload(nginx: Nginx) -> str:
+    """The reload waits 1.5 s first, which opens a window to kill the service in the middle of a cleanup."""
+    return shlex.join(["sh", "-c", f"sleep 1.5 && exec {nginx.reload_command}"])
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("faults"), MAX_CONCURRENT_PREVIEWS="60",
-                          MAX_CONCURRENT_BUILDS="4")
+    running = start_stack(tmp_path_factory.mktemp("faults"), reload_command=slow_reload,
+                          MAX_CONCURRENT_PREVIEWS="60", MAX_CONCURRENT_BUILDS="4")
     yield running
     stop_stack(running)
 
@@ -31,8 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def restart(stack: Stack) -> None:
     """SIGKILL the service and start it again on the same port with the same settings."""
     stack.service.kill9()
-    env = service_env(stack.codehost, stack.nginx, MAX_CONCURRENT_PREVIEWS="60", MAX_CONCURRENT_BUILDS="4")
-    stack.service = ServiceProcess(stack.root, port=stack.service.port, **env).start()
+    stack.service = ServiceProcess(stack.root, port=stack.service.port, **stack.service.extra_env).start()
     json.loads((stack.root / "state" / "deployments.json").read_text())  # the store is still valid JSON
 
 
@@ -128,3 +137,83 @@ def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -
                message="all cleaned")
     for pr in (100, 125, 150):
         assert_fully_removed(stack, pr)
+
+
+def test_sigkill_in_the_middle_of_a_cleanup_finishes_after_restart(stack: Stack) -> None:
+    pr = 64
+    repo = make_pr_repo(stack.root / "repos", "python", "kill/cleanup", config=config_for("python"))
+    stack.send("opened", pr, repo, repo.sha_a)
+    stack.wait_for(pr, "running", repo.sha_a)
+    stack.send("closed", pr, repo, repo.sha_a)
+    work = stack.root / "deployments" / SLUG / f"pr-{pr}"
+    # The work directory goes before the route, and the route's reload takes 1.5 s: kill in between.
+    wait_until(lambda: not work.exists(), timeout=60, message="cleanup under way")
+    assert f"{SLUG}-{pr}" in stack.records()
+    restart(stack)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def test_nginx_not_running_fails_the_deploy_and_leaves_no_route(stack: Stack) -> None:
+    pr = 65
+    repo = make_pr_repo(stack.root / "repos", "python", "nginx/down", config=config_for("python"))
+    stack.nginx.stop()
+    wait_until(lambda: not (stack.nginx.dir / "nginx.pid").exists(), timeout=10, message="nginx stopped")
+    try:
+        stack.send("opened", pr, repo, repo.sha_a)
+        assert stack.wait_for(pr, "failed")["error"] == "Nginx reload failed"
+        assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
+        assert httpx.get(f"{stack.service.url}/health").status_code == 200
+    finally:
+        stack.nginx.start()
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def test_read_only_deployments_dir_fails_cleanly(stack: Stack) -> None:
+    pr = 66
+    repo = make_pr_repo(stack.root / "repos", "python", "disk/ro", config=config_for("python"))
+    slug_dir = stack.root / "deployments" / SLUG
+    slug_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(slug_dir)], check=True, timeout=30)
+    try:
+        stack.send("opened", pr, repo, repo.sha_a)
+        record = stack.wait_for(pr, "failed")
+        assert record["error"] in ("Git clone or checkout failed",
+                                   "Work directory cannot be written: Read-only file system")
+        stack.wait_comment(pr, "Preview failed")
+    finally:
+        subprocess.run(["umount", str(slug_dir)], check=True, timeout=30)
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)
+
+
+def restart_docker(root: Path) -> None:
+    subprocess.run([str(Path(__file__).parents[1] / "scripts" / "prepare-host")], check=True, timeout=180,
+                   capture_output=True)
+
+
+def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
+    pr = 67
+    repo = make_pr_repo(stack.root / "repos", "python", "docker/down",
+                        config=config_for("python"), files={"Dockerfile": (
+                            "FROM po-standin/python:test\nRUN sleep 20\nWORKDIR /app\nCOPY . .\n"
+                            "USER 10001:10001\nCMD [\"python3\", \"app.py\"]\n")})
+    stack.send("opened", pr, repo, repo.sha_a)
+    log = stack.root / "deployments" / SLUG / f"pr-{pr}.log"
+    wait_until(lambda: log.exists() and "compose.preview.yml build" in log.read_text(), timeout=120,
+               message="compose build running")
+    time.sleep(2)
+    subprocess.run(["pkill", "-TERM", "-x", "dockerd"], timeout=30)
+    wait_until(lambda: subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0,
+               timeout=60, message="engine down")
+    try:
+        assert stack.wait_for(pr, "failed")["error"] in ("Docker build failed", "Containers failed to start")
+        assert httpx.get(f"{stack.service.url}/health").status_code == 200
+    finally:
+        restart_docker(stack.root)
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)

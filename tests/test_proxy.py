@@ -46,6 +46,7 @@ def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: in
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
     proxy.install("acme-api", 3, "acme-api-3", upstream, None)
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
+    nginx.wait_settled()
     echoed = httpx.get(f"{nginx.url}/acme-api/pr-3/items?y=1", headers={"Connection": "Upgrade",
                                                                          "Upgrade": "websocket"}).text
     assert "path=/items?y=1" in echoed
@@ -63,6 +64,7 @@ def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int)
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
     proxy.install("acme-api", 3, "acme-api-3", upstream, None)
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
+    nginx.wait_settled()
     before = proxy.path("acme-api", 3).read_text()
     (nginx.routes / "zz-broken.conf").write_text("this is not nginx config;\n")
     with pytest.raises(ProxyError):

@@ -25,6 +25,7 @@ class ServiceProcess:
     def __init__(self, workdir: Path, port: int | None = None, **env: str) -> None:
         self.workdir = workdir
         self.port = port or free_port()
+        self.extra_env = dict(env)  # to start the same service again
         self.log_path = workdir / "service.log"
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

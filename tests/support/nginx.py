@@ -68,5 +68,30 @@ class Nginx:
                 time.sleep(0.05)
         raise RuntimeError("nginx did not start")
 
+    def workers(self) -> set[int]:
+        """Worker processes of this nginx's master (from /proc)."""
+        try:
+            master = int((self.dir / "nginx.pid").read_text().strip())
+        except (OSError, ValueError):
+            return set()
+        found = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == master:
+                found.add(int(stat.parent.name))
+        return found
+
+    def wait_settled(self, timeout: float = 15.0) -> None:
+        """After a reload the old worker may still answer for a moment; wait until only one worker is left."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.workers()) == 1:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"nginx still has workers {self.workers()} after {timeout}s")
+
     def stop(self) -> None:
         subprocess.run(shlex.split(self.command("-s", "quit")), timeout=30, capture_output=True)

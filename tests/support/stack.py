@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class Stack:
     def wait_page(self, pr: int, text: str, path: str = "") -> None:
         """nginx applies a reload asynchronously: the route serves a moment after the record says running."""
         wait_until(lambda: self.page(pr, path).text == text, timeout=15, message=f"page {path!r} = {text!r}")
+        self.nginx.wait_settled()
 
     def page(self, pr: int, path: str = "") -> httpx.Response:
         return httpx.get(f"{self.nginx.url}/{SLUG}/pr-{pr}/{path}", timeout=10)
@@ -92,10 +94,12 @@ def service_env(codehost: FakeCodeHost, nginx: Nginx, **extra: str) -> dict[str,
     ) | extra
 
 
-def start_stack(root: Path, **extra: str) -> Stack:
+def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None, **extra: str) -> Stack:
     require_engine()
     codehost = FakeCodeHost().start()
     nginx = Nginx(root / "nginx", root / "proxy").start()
+    if reload_command is not None:
+        extra["PROXY_RELOAD_COMMAND"] = reload_command(nginx)
     service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
     return Stack(service, nginx, codehost, root)
 
