@@ -260,7 +260,9 @@ class DeployEngine:
         except OSError as exc:
             problems.append(f"work directory: {exc.strerror}")
         try:
-            self.proxy.remove(target.slug, target.pr, None)
+            # A running preview had a route nginx may still serve, even if a crash already deleted its file.
+            self.proxy.remove(target.slug, target.pr, None,
+                              reload_anyway=existing is not None and existing.status == "running")
         except ProxyError as exc:
             problems.append(f"proxy: {exc}")
 

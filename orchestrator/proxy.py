@@ -59,11 +59,13 @@ class Proxy:
                 path.write_bytes(previous)
             raise
 
-    def remove(self, slug: str, pr: int, log: DeploymentLog | None) -> None:
+    def remove(self, slug: str, pr: int, log: DeploymentLog | None, reload_anyway: bool = False) -> None:
+        """Delete the route and reload. `reload_anyway`: the file may be gone while nginx still serves it
+        (a cleanup interrupted between the two), so reload even then."""
         path = self.path(slug, pr)
-        if not path.exists():
+        if not path.exists() and not reload_anyway:
             return
-        path.unlink()
+        path.unlink(missing_ok=True)
         self._run(self._reload, log)
 
     def reload(self, log: DeploymentLog | None) -> None:
