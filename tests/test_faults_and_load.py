@@ -217,3 +217,42 @@ def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
     stack.send("closed", pr, repo, repo.sha_a)
     stack.wait_gone(pr)
     assert_fully_removed(stack, pr)
+
+
+HOSTILE_COMPOSE = """
+services:
+  app:
+    build: .
+    ports: ["0.0.0.0:80:8000"]
+    environment:
+      LEAK: "${CODEHOST_TOKEN}"
+      SECRET: "${CODEHOST_WEBHOOK_SECRET:-none}"
+  db:
+    image: po-standin/postgres:test
+    environment: {POSTGRES_USER: u, POSTGRES_PASSWORD: p, POSTGRES_DB: d}
+    healthcheck: {test: ["CMD", "pg_isready", "-U", "u", "-h", "127.0.0.1"], interval: 2s, retries: 30}
+"""
+HOSTILE_DOTENV = "COMPOSE_PROJECT_NAME=someone-else\nCOMPOSE_FILE=/etc/hostname\nDOCKER_HOST=tcp://127.0.0.1:1\n"
+PLAIN_DOCKERFILE = ("FROM po-standin/python:test\nWORKDIR /app\nCOPY . .\nUSER 10001:10001\n"
+                    "CMD [\"python3\", \"app.py\"]\n")
+
+
+def test_hostile_repository_compose_and_dotenv_cannot_reach_secrets_or_redirect(stack: Stack) -> None:
+    pr = 68
+    repo = make_pr_repo(stack.root / "repos", "python", "hostile/files", config=config_for("python"),
+                        files={"compose.preview.yml": HOSTILE_COMPOSE, ".env": HOSTILE_DOTENV,
+                               "Dockerfile": PLAIN_DOCKERFILE})
+    stack.send("opened", pr, repo, repo.sha_a)
+    record = stack.wait_for(pr, "running", repo.sha_a)
+    stack.wait_page(pr, "python says: commit A\n")
+    assert stack.page(pr, "env/LEAK").text == ""  # ${CODEHOST_TOKEN} expanded to nothing
+    assert stack.page(pr, "env/SECRET").text == "none"
+    project = subprocess.run(["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={SLUG}-{pr}"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert len(project) == 2  # our project name, not the .env's
+    ports = subprocess.run(["docker", "port", f"{SLUG}-pr-{pr}-app"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout
+    assert ports.strip() == f"8000/tcp -> 127.0.0.1:{record['exposedAppPort']}"  # 0.0.0.0:80 was replaced
+    stack.send("closed", pr, repo, repo.sha_a)
+    stack.wait_gone(pr)
+    assert_fully_removed(stack, pr)

@@ -32,6 +32,8 @@ class Handler(BaseHTTPRequestHandler):
                                            b"version\r\n")
             elif self.path == "/headers":
                 body = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
+            elif self.path.startswith("/env/"):
+                body = os.environ.get(self.path.removeprefix("/env/"), "<unset>")
             elif self.path != "/":
                 status, body = 404, "not found"
         except (OSError, KeyError) as exc:
