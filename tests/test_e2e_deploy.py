@@ -78,11 +78,14 @@ FAILURES = [
     (32, {"config": config_for("python"), "files": {"Dockerfile": "FROM po-standin/python:test\nRUN false\n"}},
      "Docker build failed"),
     (33, {"config": config_for("python", health_check_path="/never")}, "Health check timeout"),
+    (34, {"config": config_for("python"), "files": {"Dockerfile": (
+        "FROM po-standin/python:test\nCOPY ../../../../etc/shadow /stolen\n")}}, "Docker build failed"),
 ]
 
 
 @pytest.mark.parametrize(("pr", "setup", "message"), FAILURES, ids=["no-config", "build-command",
-                                                                     "docker-build", "unhealthy"])
+                                                                     "docker-build", "unhealthy",
+                                                                     "dockerfile-escapes-context"])
 def test_failures_are_reported_and_cleaned(stack: Stack, pr: int, setup: dict, message: str) -> None:
     repo = make_pr_repo(stack.root / "repos", "python", f"fail/{pr}", **setup)
     stack.send("opened", pr, repo, repo.sha_a)

@@ -256,3 +256,25 @@ def test_hostile_repository_compose_and_dotenv_cannot_reach_secrets_or_redirect(
     stack.send("closed", pr, repo, repo.sha_a)
     stack.wait_gone(pr)
     assert_fully_removed(stack, pr)
+
+
+def test_previews_cannot_reach_each_others_database(stack: Stack) -> None:
+    first, second = 69, 70
+    repos = {pr: make_pr_repo(stack.root / "repos", "python", f"isolation/{pr}", config=config_for("python"))
+             for pr in (first, second)}
+    for pr, repo in repos.items():
+        stack.send("opened", pr, repo, repo.sha_a)
+    for pr in repos:
+        stack.wait_for(pr, "running")
+        stack.wait_page(pr, "python says: commit A\n")
+    other_db = f"{SLUG}-pr-{second}-db"
+    address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                              other_db], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert stack.page(first, "tcp/db/5432").text == "open"  # its own database
+    assert stack.page(first, f"tcp/{other_db}/5432").text.startswith("error")  # not resolvable
+    assert stack.page(first, f"tcp/{address}/5432").text.startswith("error")  # not routable
+    for pr, repo in repos.items():
+        stack.send("closed", pr, repo, repo.sha_a)
+    for pr in repos:
+        stack.wait_gone(pr)
+        assert_fully_removed(stack, pr)

@@ -94,3 +94,14 @@ def test_other_hosts_never_see_the_token(tmp_path: Path, git_http) -> None:
     with pytest.raises(CommandFailed):
         tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", DeploymentLog(tmp_path / "l"))
     assert seen and all(request["authorization"] == "" for request in seen)
+
+
+def test_shell_characters_in_branch_names_are_only_data(tmp_path: Path) -> None:
+    branch = "feat/$(touch${IFS}pwned);`touch${IFS}pwned2`&x"
+    repo = make_pr_repo(tmp_path / "repos", "python", "plain")
+    git(Path(repo.clone_url), "branch", branch, repo.sha_b)
+    tool = Git("", "https://api.github.com", ("file",), 60, tmp_path)
+    work = tmp_path / "work"
+    tool.clone(repo.clone_url, branch, repo.sha_b, work, DeploymentLog(tmp_path / "log"))
+    assert git(work, "rev-parse", "--abbrev-ref", "HEAD") == branch
+    assert not list(tmp_path.rglob("pwned*")) and not Path("pwned").exists()

@@ -32,11 +32,15 @@ class Handler(BaseHTTPRequestHandler):
                                            b"version\r\n")
             elif self.path == "/headers":
                 body = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
+            elif self.path.startswith("/tcp/"):
+                host, port = self.path.removeprefix("/tcp/").split("/", 1)
+                socket.create_connection((host, int(port)), timeout=3).close()
+                body = "open"
             elif self.path.startswith("/env/"):
                 body = os.environ.get(self.path.removeprefix("/env/"), "<unset>")
             elif self.path != "/":
                 status, body = 404, "not found"
-        except (OSError, KeyError) as exc:
+        except (OSError, KeyError, ValueError) as exc:
             status, body = 502, f"error: {exc}"
         data = body.encode()
         self.send_response(status)
