@@ -32,6 +32,11 @@ class Compose:
     def stop(self, project: str, log: DeploymentLog | None) -> None:
         self._compose(project, None, ["stop"], None, log, timeout=120)
 
+    def logs(self, project: str, compose_file: Path, service: str, tail: int) -> str:
+        """The last `tail` lines a service printed (for a failure comment); not written to the log."""
+        return self._compose(project, compose_file, ["logs", "--no-color", "--tail", str(tail), service],
+                             compose_file.parent, None, timeout=60)
+
     def down(self, project: str, compose_file: Path | None, log: DeploymentLog | None) -> None:
         """Remove containers, networks and volumes; works without the compose file (by project name)."""
         cwd = compose_file.parent if compose_file else None

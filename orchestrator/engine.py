@@ -362,9 +362,7 @@ class DeployEngine:
 
     def _container_logs(self, project: str, compose_file: Path) -> str:
         try:
-            output = run(["docker", "compose", "--project-name", project, "--file", str(compose_file), "logs",
-                          "--no-color", "--tail", "20", "app"], cwd=compose_file.parent, env=clean_env(),
-                         timeout=60, log=None)
+            output = self.compose.logs(project, compose_file, "app", tail=20)
         except CommandFailed as exc:
             return exc.tail()
         return "\n".join(output.splitlines()[-20:])

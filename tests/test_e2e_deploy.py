@@ -91,7 +91,9 @@ def test_failures_are_reported_and_cleaned(stack: Stack, pr: int, setup: dict, m
     stack.send("opened", pr, repo, repo.sha_a)
     record = stack.wait_for(pr, "failed")
     assert record["error"] == message
-    stack.wait_comment(pr, message, "Preview failed")
+    comment = stack.wait_comment(pr, message, "Preview failed", "Push a new commit to retry")
+    if message == "Health check timeout":
+        assert "GET /never" in comment  # the app's own output, from `compose logs`, in the failure comment
     assert f"{SLUG}-{pr}" in stack.store()["portAllocations"]  # kept for the retry
     running = subprocess.run(["docker", "ps", "-q", "--filter", f"label={DEPLOYMENT_LABEL}={SLUG}-{pr}"],
                              capture_output=True, text=True, timeout=60).stdout.split()
