@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext
+from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext, database_app_env
 
 NAME = "mongodb"
 PORT = 27017
@@ -34,9 +34,5 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
             },
         },
         volumes={"db-data": {}},
-        app_env={
-            "DATABASE_URL": f"mongodb://{USER}:{password}@db:{PORT}/{name}?authSource=admin",
-            "DB_CONNECTION": "mongodb", "DB_HOST": "db", "DB_PORT": str(PORT),
-            "DB_DATABASE": name, "DB_USERNAME": USER, "DB_PASSWORD": password,
-        },
+        app_env=database_app_env("mongodb", "mongodb", PORT, USER, password, name, "?authSource=admin"),
     )

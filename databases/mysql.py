@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext
+from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext, database_app_env
 
 NAME = "mysql"
 PORT = 3306
@@ -34,9 +34,5 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
             },
         },
         volumes={"db-data": {}},
-        app_env={
-            "DATABASE_URL": f"mysql://{USER}:{password}@db:{PORT}/{name}",
-            "DB_CONNECTION": "mysql", "DB_HOST": "db", "DB_PORT": str(PORT),
-            "DB_DATABASE": name, "DB_USERNAME": USER, "DB_PASSWORD": password,
-        },
+        app_env=database_app_env("mysql", "mysql", PORT, USER, password, name),
     )

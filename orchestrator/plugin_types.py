@@ -76,6 +76,17 @@ class AppService(BaseModel):
     command: list[str] = Field(description="The main process, run after startup_commands")
 
 
+def database_app_env(scheme: str, connection: str, port: int, user: str, password: str, database: str,
+                     query: str = "") -> dict[str, str]:
+    """The variables every database plugin gives the app: DATABASE_URL in the spec's shape
+    (`<scheme>://<user>:<password>@db:<port>/<database>`) and Laravel's DB_* names."""
+    return {
+        "DATABASE_URL": f"{scheme}://{user}:{password}@db:{port}/{database}{query}",
+        "DB_CONNECTION": connection, "DB_HOST": "db", "DB_PORT": str(port),
+        "DB_DATABASE": database, "DB_USERNAME": user, "DB_PASSWORD": password,
+    }
+
+
 class DatabaseWiring(BaseModel):
     service: dict[str, Any]
     volumes: dict[str, dict[str, Any]] = Field(default_factory=dict)
