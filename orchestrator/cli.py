@@ -6,18 +6,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from orchestrator import __version__
 from orchestrator.settings import Settings, SettingsError, load_settings
+
+
+def _exit_on_settings_error(exc: SettingsError) -> NoReturn:
+    for line in exc.lines:
+        print(f"preview-orchestrator: configuration error: {line}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def _settings_or_exit() -> Settings:
     try:
         return load_settings()
     except SettingsError as exc:
-        for line in exc.lines:
-            print(f"preview-orchestrator: configuration error: {line}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit_on_settings_error(exc)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -54,9 +59,7 @@ def _plugin_host():  # noqa: ANN202
         settings = load_plugin_settings()
         return settings, build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     except SettingsError as exc:
-        for line in exc.lines:
-            print(f"preview-orchestrator: configuration error: {line}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit_on_settings_error(exc)
     except PluginError as exc:
         print(f"preview-orchestrator: plugin error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

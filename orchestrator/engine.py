@@ -321,12 +321,13 @@ class DeployEngine:
 
     # Helpers -----------------------------------------------------------------------------------
 
-    def _set(self, deployment_id: str, **fields: object) -> None:
+    def _set(self, deployment_id: str, touch: bool = True, **fields: object) -> None:
+        """Update fields of a record if it still exists; `touch` also moves `updatedAt` (the TTL's clock)."""
         def change(data: StoreFile) -> None:
             record = data.deployments.get(deployment_id)
             if record is not None:
-                data.deployments[deployment_id] = record.model_copy(
-                    update={**fields, "updatedAt": datetime.now(UTC)})
+                update = {**fields, "updatedAt": datetime.now(UTC)} if touch else fields
+                data.deployments[deployment_id] = record.model_copy(update=update)
 
         self.store.update(change)
 
@@ -338,16 +339,8 @@ class DeployEngine:
             log.warning("comment not posted: %s", exc, extra={"deploymentId": event.deployment_id})
             return comment_id
         if new_id != comment_id:
-            self._set_comment(event.deployment_id, new_id)
+            self._set(event.deployment_id, touch=False, commentId=new_id)
         return new_id
-
-    def _set_comment(self, deployment_id: str, comment_id: int) -> None:
-        def change(data: StoreFile) -> None:
-            record = data.deployments.get(deployment_id)
-            if record is not None:
-                data.deployments[deployment_id] = record.model_copy(update={"commentId": comment_id})
-
-        self.store.update(change)
 
     def _at_limit(self, deployment_id: str) -> bool:
         deployments = self.store.read().deployments
