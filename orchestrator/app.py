@@ -10,14 +10,18 @@ import falcon.asgi
 import swagger_ui_bundle
 
 from orchestrator.api import errors
+from orchestrator.api.dashboard import DashboardResource
+from orchestrator.api.deployment_logs import DeploymentLogResource
 from orchestrator.api.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
 from orchestrator.api.health import HealthResource
+from orchestrator.api.metrics import MetricsResource
 from orchestrator.api.plugins import PluginListResource
 from orchestrator.api.previews import PreviewListResource, PreviewResource
 from orchestrator.api.webhook import WebhookResource
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.handler import EventHandler, load_handler
 from orchestrator.inbox import Inbox
+from orchestrator.metrics import Metrics
 from orchestrator.openapi import build_openapi
 from orchestrator.plugin_host import PluginHost, build_plugin_host
 from orchestrator.settings import Settings, load_settings
@@ -66,21 +70,30 @@ def create_app(
 ) -> falcon.asgi.App:
     settings = settings or load_settings()
     plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
-    handler = handler or load_handler(settings, plugins)
-    store = DeploymentStore(settings.deployments_db)
+    metrics = Metrics()
+    handler = handler or load_handler(settings, plugins, metrics)
+    # One store object for the handler and the API, so that they share its cache of the parsed file.
+    shared = getattr(handler, "store", None)
+    store = shared if isinstance(shared, DeploymentStore) and shared.path == settings.deployments_db \
+        else DeploymentStore(settings.deployments_db)
     inbox = Inbox(settings.inbox_path)
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds)
+    metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
 
     app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings)])
     errors.install(app)
     app.add_route("/health", HealthResource())
+    app.add_route("/", DashboardResource(store))
+    app.add_route("/dashboard", DashboardResource(store))
     app.add_route("/openapi.json", OpenApiResource(build_openapi(settings.api_server_url)))
     app.add_route("/api-docs", ApiDocsResource())
     app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
-    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher))
+    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics))
+    app.add_route("/metrics", MetricsResource(metrics))
     app.add_route("/api/plugins", PluginListResource(plugins))
     app.add_route("/api/previews", PreviewListResource(store))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
-    app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher))
+    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
+    app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
     return app

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from orchestrator import __version__
 from orchestrator.settings import Settings, SettingsError, load_settings
+from orchestrator.text_table import format_table
 
 
 def _exit_on_settings_error(exc: SettingsError) -> NoReturn:
@@ -78,9 +79,7 @@ def _plugins(args: argparse.Namespace) -> int:
         provides = ", ".join(entry["frameworks"] + entry["databases"] + entry["services"]) or "-"
         rows.append((entry["name"], "yes" if entry["builtin"] else "no", entry["distribution"] or "-",
                      entry["version"] or "-", provides, ", ".join(entry["hooks"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    sys.stdout.write(format_table(rows))
     return 0
 
 
@@ -147,6 +146,23 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace) -> int:
+    from orchestrator import service_client
+
+    url = service_client.service_url(args.url)
+    try:
+        if args.command == "list":
+            return service_client.list_previews(url, args.json)
+        if args.command == "logs":
+            return service_client.show_logs(url, args.id, args.follow)
+        return service_client.cleanup(url, args.id)
+    except service_client.ServiceUnreachable as exc:
+        print(f"preview-orchestrator: {exc}", file=sys.stderr)
+        return service_client.EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return 130
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="preview-orchestrator", description=__doc__)
     parser.add_argument("--version", action="version", version=f"preview-orchestrator {__version__}")
@@ -177,6 +193,18 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser("init", help="write a starting DIR/preview-config.yml (default: .)")
     init.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=Path("."))
     init.set_defaults(run=_init)
+
+    url_help = "the running service (default: PREVIEW_ORCHESTRATOR_URL, else http://127.0.0.1:$ORCHESTRATOR_PORT)"
+    listing = commands.add_parser("list", help="list the previews of the running service")
+    listing.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
+    logs = commands.add_parser("logs", help="print a preview's deployment log")
+    logs.add_argument("id", metavar="ID", help="deployment id, e.g. acme-api-42")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing while a build runs")
+    remove = commands.add_parser("cleanup", help="remove a preview now (as if its pull request closed)")
+    remove.add_argument("id", metavar="ID", help="deployment id, e.g. acme-api-42")
+    for command in (listing, logs, remove):
+        command.add_argument("--url", help=url_help)
+        command.set_defaults(run=_client)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""The code host's REST API (GitHub's shape): one comment per pull request, created then edited.
+"""The code host's REST API (GitHub's shape): one comment per pull request, created then edited, and a
+deployment per head commit with statuses (the pull request's "View deployment" button).
 
 Transient failures (5xx, 429, and 403 when the rate limit is spent) are retried at most 3 times with
 exponential backoff, honouring Retry-After and x-ratelimit-reset. A comment that cannot be posted is logged
@@ -14,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from orchestrator.metrics import Metrics
+
 log = logging.getLogger("orchestrator.codehost")
 
 MAX_RETRIES = 3
@@ -26,7 +29,9 @@ class CodeHostError(Exception):
 
 class CodeHost:
     def __init__(self, api_url: str, token: str, retry_base: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self._metrics = metrics or Metrics()
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
                    "User-Agent": "preview-orchestrator"}
         if token:
@@ -41,27 +46,54 @@ class CodeHost:
     def upsert_comment(self, owner: str, repo: str, pr: int, comment_id: int | None, body: str) -> int:
         """Edit comment `comment_id` (or create one if it is None or was deleted); returns the comment id."""
         if comment_id is not None:
-            response = self._request("PATCH", f"/repos/{owner}/{repo}/issues/comments/{comment_id}",
+            response = self._request("comment", "PATCH", f"/repos/{owner}/{repo}/issues/comments/{comment_id}",
                                      json={"body": body})
             if response.status_code != 404:
                 self._check(response)
                 return comment_id
-        response = self._request("POST", f"/repos/{owner}/{repo}/issues/{pr}/comments", json={"body": body})
+        response = self._request("comment", "POST", f"/repos/{owner}/{repo}/issues/{pr}/comments",
+                                 json={"body": body})
         self._check(response)
         return int(response.json()["id"])
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def create_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int:
+        """A deployment of `sha` to `environment`; returns its id. No merge of the base branch and no required
+        status checks: the preview deploys exactly the pushed commit."""
+        response = self._request("deployment", "POST", f"/repos/{owner}/{repo}/deployments", json={
+            "ref": sha, "environment": environment, "description": description[:140], "auto_merge": False,
+            "required_contexts": [], "production_environment": False, "transient_environment": True,
+        })
+        self._check(response)
+        return int(response.json()["id"])
+
+    def set_deployment_status(self, owner: str, repo: str, deployment_id: int, state: str,
+                              description: str, environment_url: str | None = None,
+                              log_url: str | None = None) -> None:
+        """`in_progress`, `success` (with the URL: the "View deployment" button), `failure` or `inactive`."""
+        body: dict[str, Any] = {"state": state, "description": description[:140]}
+        if environment_url:
+            body["environment_url"] = environment_url
+        if log_url:
+            body["log_url"] = log_url
+        response = self._request("deployment_status", "POST",
+                                 f"/repos/{owner}/{repo}/deployments/{deployment_id}/statuses", json=body)
+        self._check(response)
+
+    def _request(self, kind: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
         for attempt in range(MAX_RETRIES + 1):
             try:
                 response = self._client.request(method, url, **kwargs)
             except httpx.TransportError as exc:
+                self._metrics.codehost_calls.labels(kind, "unreachable").inc()
                 if attempt == MAX_RETRIES:
                     raise CodeHostError(f"{method} {url}: {type(exc).__name__}") from None
                 wait = self._backoff(attempt)
             else:
+                self._metrics.codehost_calls.labels(kind, str(response.status_code)).inc()
                 if not _transient(response) or attempt == MAX_RETRIES:
                     return response
                 wait = _server_wait(response) or self._backoff(attempt)
+            self._metrics.codehost_retries.labels(kind).inc()
             log.warning("code host %s %s: retry %d in %.1fs", method, url, attempt + 1, wait)
             self._sleep(min(wait, MAX_WAIT_SECONDS))
         raise AssertionError("unreachable")

@@ -23,10 +23,11 @@ def ready(url: str, sha: str | None, seconds: float) -> str:
     )
 
 
-def failed(message: str, sha: str | None, log_tail: str = "") -> str:
+def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | None = None) -> str:
+    after = f" after {seconds:.0f} s" if seconds is not None else ""
     text = (
         f"{MARKER}\n### ❌ Preview failed\n\n"
-        f"Commit `{_short(sha)}`: **{message}**\n\n"
+        f"Commit `{_short(sha)}`{after}: **{message}**\n\n"
     )
     if log_tail.strip():
         text += f"<details><summary>Last lines of the log</summary>\n\n```\n{log_tail.strip()}\n```\n</details>\n\n"

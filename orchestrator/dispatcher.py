@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.handler import EventHandler, FlowError
 from orchestrator.inbox import Claimed, Inbox, Outcome
@@ -25,6 +26,9 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Flows get threads of their own: in the loop's default pool, minutes-long builds would leave no
+        # thread for the webhook's inbox write, and acknowledgements would wait for builds.
+        self._flows = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="flow")
 
     async def start(self) -> None:
         self._stopping = False
@@ -91,7 +95,7 @@ class Dispatcher:
         log.info("processing %s (delivery %s)", event.action, event.delivery_id, extra=extra)
         error: str | None = None
         try:
-            await asyncio.to_thread(self.handler.handle, event)
+            await asyncio.get_running_loop().run_in_executor(self._flows, self.handler.handle, event)
         except FlowError as exc:
             error = str(exc) or "Deployment failed"
             log.error("%s failed: %s", event.action, error, extra=extra)

@@ -38,9 +38,11 @@ class Compose:
                              compose_file.parent, None, timeout=60)
 
     def down(self, project: str, compose_file: Path | None, log: DeploymentLog | None) -> None:
-        """Remove containers, networks and volumes; works without the compose file (by project name)."""
+        """Remove containers, networks, volumes and the images built for it (`--rmi local`: a closed pull
+        request must not leave its image on the host's disk); works without the compose file (by project)."""
         cwd = compose_file.parent if compose_file else None
-        self._compose(project, compose_file, ["down", "--volumes", "--remove-orphans", "--timeout", "10"], cwd,
+        self._compose(project, compose_file, ["down", "--volumes", "--remove-orphans", "--rmi", "local",
+                                              "--timeout", "10"], cwd,
                       log, timeout=300)
 
 

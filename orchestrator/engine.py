@@ -13,11 +13,12 @@ from pathlib import Path
 from orchestrator import comments
 from orchestrator.checkout import load_checkout_config
 from orchestrator.codehost import CodeHost, CodeHostError
-from orchestrator.commands import CommandFailed, DeploymentLog, clean_env, run
+from orchestrator.commands import CommandFailed, DeploymentLog, clean_env, deployment_log_path, run
 from orchestrator.docker_compose import Compose, labelled, published_host_ports, remove_labelled
 from orchestrator.git_ops import CloneRefused, Git
 from orchestrator.handler import FlowError
 from orchestrator.health import wait_healthy
+from orchestrator.metrics import Metrics
 from orchestrator.models import DeploymentRecord, PullRequestEvent, StoreFile
 from orchestrator.plugin_host import PluginHost, build_plugin_host
 from orchestrator.ports import PortAllocationError, allocate
@@ -59,12 +60,13 @@ class Target:
 
 class DeployEngine:
     def __init__(self, settings: Settings, plugins: PluginHost | None = None,
-                 codehost: CodeHost | None = None) -> None:
+                 codehost: CodeHost | None = None, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+        self.metrics = metrics or Metrics()
         self.store = DeploymentStore(settings.deployments_db)
         self.codehost = codehost or CodeHost(settings.codehost_api_url, settings.codehost_token.get_secret_value(),
-                                             retry_base=settings.codehost_retry_base_seconds)
+                                             retry_base=settings.codehost_retry_base_seconds, metrics=self.metrics)
         home = settings.deployments_dir
         self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, home)
@@ -101,7 +103,7 @@ class DeployEngine:
         work = (root / slug / f"pr-{pr}").resolve()
         if not work.is_relative_to(root) or work == root:
             raise FlowError("Invalid deployment path")
-        return Target(deployment_id, slug, pr, work, DeploymentLog(root / slug / f"pr-{pr}.log"))
+        return Target(deployment_id, slug, pr, work, DeploymentLog(deployment_log_path(root, slug, pr)))
 
     # Deploy and update -------------------------------------------------------------------------
 
@@ -122,18 +124,23 @@ class DeployEngine:
             raise FlowError(str(exc)) from None
         target.log.note(f"{'update' if updating else 'deploy'} of {event.commit_sha} ({event.delivery_id})")
         log.info("%s started", "update" if updating else "deploy", extra=extra)
+        reported = self._report_start(event, existing)
         try:
             self._build_and_start(event, target, record)
-        except StepFailed as failure:
-            self._fail(event, target, comment_id, failure)
-            raise FlowError(failure.message) from None
-        except Exception as exc:
-            self._fail(event, target, comment_id, StepFailed("Deployment failed (internal error)"))
-            raise FlowError("Deployment failed (internal error)") from exc
+        except Exception as exc:  # noqa: BLE001 - any failure ends the deploy as `failed`, internal ones too
+            failure = exc if isinstance(exc, StepFailed) else StepFailed("Deployment failed (internal error)")
+            seconds = time.monotonic() - started
+            self._fail(event, target, comment_id, failure, seconds)
+            self._report(event, reported, "failure", failure.message)
+            self._count_deploy(event.deployment_id, "failure", seconds)
+            raise FlowError(failure.message) from (None if exc is failure else exc)
         self._set(event.deployment_id, status="running", error=None)
         seconds = time.monotonic() - started
         target.log.note(f"running after {seconds:.1f}s")
         self._comment(event, comment_id, comments.ready(record.url, event.commit_sha, seconds))
+        self._report(event, reported, "success", f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} "
+                     "running", environment_url=record.url)
+        self._count_deploy(event.deployment_id, "success", seconds)
         log.info("preview running at %s", record.url, extra=extra)
 
     def _build_and_start(self, event: PullRequestEvent, target: Target, record: DeploymentRecord) -> None:
@@ -170,8 +177,11 @@ class DeployEngine:
         except CommandFailed as exc:
             raise StepFailed("Containers failed to start", exc.tail()) from None
         url = f"http://127.0.0.1:{record.exposedAppPort}{config.health_check_path}"
-        if not wait_healthy(url, self.settings.health_check_interval_seconds,
-                            self.settings.health_check_timeout_seconds, target.log):
+        probing = time.monotonic()
+        healthy = wait_healthy(url, self.settings.health_check_interval_seconds,
+                               self.settings.health_check_timeout_seconds, target.log)
+        self.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
+        if not healthy:
             raise StepFailed("Health check timeout", self._container_logs(event.deployment_id, compose_file))
         try:
             self.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log)
@@ -225,7 +235,8 @@ class DeployEngine:
 
         return self.store.update(change)
 
-    def _fail(self, event: PullRequestEvent, target: Target, comment_id: int | None, failure: StepFailed) -> None:
+    def _fail(self, event: PullRequestEvent, target: Target, comment_id: int | None, failure: StepFailed,
+              seconds: float) -> None:
         log.error("%s", failure.message, extra={"deploymentId": event.deployment_id})
         target.log.note(f"FAILED: {failure.message}")
         try:
@@ -237,7 +248,7 @@ class DeployEngine:
         except CommandFailed as exc:
             log.warning("could not stop containers: %s", exc, extra={"deploymentId": event.deployment_id})
         self._comment(event, comment_id, comments.failed(failure.message, event.commit_sha,
-                                                         self._mask(failure.detail)))
+                                                         self._mask(failure.detail), seconds))
 
     # Cleanup -----------------------------------------------------------------------------------
 
@@ -276,6 +287,9 @@ class DeployEngine:
         problems += [f"{kind}s still present" for kind in leftovers]
         if existing is not None and existing.commentId is not None:
             self._comment(event, existing.commentId, comments.removed())
+        if existing is not None and existing.codehostDeploymentId is not None:
+            self._report(event, existing.codehostDeploymentId, "inactive", "Preview removed")
+        self.metrics.cleanups.labels("failure" if problems else "success").inc()
         if problems:
             for problem in problems:
                 log.error("cleanup: %s", problem, extra=extra)
@@ -341,6 +355,41 @@ class DeployEngine:
         if new_id != comment_id:
             self._set(event.deployment_id, touch=False, commentId=new_id)
         return new_id
+
+    def _report_start(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> int | None:
+        """A code-host deployment for this commit, `in_progress`; the previous commit's becomes inactive."""
+        if not self.settings.codehost_deployments or not event.commit_sha:
+            return None
+        environment = f"preview/{event.project_slug}/pr-{event.pr_number}"
+        try:
+            new_id = self.codehost.create_deployment(event.repo_owner, event.repo_name, event.commit_sha,
+                                                     environment, f"Preview of pull request #{event.pr_number}")
+        except (CodeHostError, ValueError, KeyError) as exc:
+            log.warning("deployment not reported: %s", exc, extra={"deploymentId": event.deployment_id})
+            return None
+        self._set(event.deployment_id, touch=False, codehostDeploymentId=new_id)
+        previous = existing.codehostDeploymentId if existing else None
+        if previous is not None and previous != new_id:
+            self._report(event, previous, "inactive", "Superseded by a newer commit")
+        self._report(event, new_id, "in_progress", "Building the preview")
+        return new_id
+
+    def _report(self, event: PullRequestEvent, deployment: int | None, state: str, description: str,
+                environment_url: str | None = None) -> None:
+        if deployment is None or not self.settings.codehost_deployments:
+            return
+        try:
+            self.codehost.set_deployment_status(event.repo_owner, event.repo_name, deployment, state, description,
+                                                environment_url=environment_url)
+        except (CodeHostError, ValueError, KeyError) as exc:
+            log.warning("deployment status %s not reported: %s", state, exc,
+                        extra={"deploymentId": event.deployment_id})
+
+    def _count_deploy(self, deployment_id: str, result: str, seconds: float) -> None:
+        record = self.store.read().deployments.get(deployment_id)
+        framework = record.framework if record and record.framework else "unknown"
+        self.metrics.deploys.labels(framework, result).inc()
+        self.metrics.deploy_seconds.labels(result).observe(seconds)
 
     def _at_limit(self, deployment_id: str) -> bool:
         deployments = self.store.read().deployments

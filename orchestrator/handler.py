@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
+from orchestrator.metrics import Metrics
 from orchestrator.models import PullRequestEvent
 from orchestrator.plugin_host import PluginHost
 from orchestrator.settings import Settings
@@ -26,11 +27,12 @@ class EventHandler(Protocol):
         """
 
 
-def load_handler(settings: Settings, plugins: PluginHost) -> EventHandler:
-    """Instantiate EVENT_HANDLER (`module:callable`, called with the settings and the plugin host)."""
+def load_handler(settings: Settings, plugins: PluginHost, metrics: Metrics) -> EventHandler:
+    """Instantiate EVENT_HANDLER (`module:callable`, called as `factory(settings, plugins=..., metrics=...)`;
+    the handler records into `metrics`, which `GET /metrics` serves)."""
     module_name, _, attribute = settings.event_handler.partition(":")
     if not module_name or not attribute:
         raise ValueError("EVENT_HANDLER is not valid: expected module:callable")
     factory = getattr(importlib.import_module(module_name), attribute)
-    handler: EventHandler = factory(settings, plugins=plugins)
+    handler: EventHandler = factory(settings, plugins=plugins, metrics=metrics)
     return handler

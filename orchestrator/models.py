@@ -106,7 +106,8 @@ class PullRequestEvent(BaseModel):
 class DeploymentRecord(BaseModel):
     """One tracked preview, as stored and as returned by `GET /api/previews`."""
 
-    model_config = ConfigDict(title="DeploymentRecord")
+    # Frozen: the store shares records between cached snapshots; a change is a `model_copy(update=...)`.
+    model_config = ConfigDict(title="DeploymentRecord", frozen=True)
 
     prNumber: int
     repoName: str
@@ -135,10 +136,13 @@ class DeploymentRecord(BaseModel):
     )
     cloneUrl: str | None = Field(default=None, description="Where the head commit was cloned from")
     error: str | None = Field(default=None, description="Why the last deploy or update failed; null otherwise")
+    codehostDeploymentId: int | None = Field(
+        default=None, description="The code host's deployment for the current commit; null when not reported"
+    )
 
 
 class PortAllocation(BaseModel):
-    model_config = ConfigDict(title="PortAllocation")
+    model_config = ConfigDict(title="PortAllocation", frozen=True)
 
     exposedAppPort: int
     exposedDbPort: int

@@ -206,4 +206,48 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/previews/{deploymentId}/logs": {
+            "get": {
+                "operationId": "getPreviewLog",
+                "summary": "The deployment's log (git, build commands, compose, health probes) as text",
+                "parameters": [
+                    {
+                        "name": "deploymentId",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
+                    },
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "boolean", "default": False},
+                        "description": "Keep the response open and stream new lines until no flow for the "
+                                       "deployment runs or waits",
+                    },
+                ],
+                "responses": {
+                    "200": {"description": "Log text, secrets masked",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "400": _error("Invalid deployment id or follow value"),
+                    "404": _error("Deployment not found"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "getMetrics",
+                "summary": "Prometheus metrics (text exposition format 0.0.4)",
+                "responses": {"200": {"description": "Metrics",
+                                      "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            }
+        },
+        "/dashboard": {
+            "get": {
+                "operationId": "getDashboard",
+                "summary": "Every preview on one self-refreshing HTML page (also served at /)",
+                "responses": {"200": {"description": "HTML page",
+                                      "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }
+        },
     }

@@ -95,6 +95,8 @@ class Settings(PluginSettings):
     build_command_timeout_seconds: float = Field(default=600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
+    # Report each deploy through the code host's Deployments API too (the "View deployment" button).
+    codehost_deployments: bool = True
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
 
     @field_validator("allowed_clone_protocols", mode="before")

@@ -54,7 +54,7 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
     assert "servers" not in doc
     assert set(doc["paths"]) == {
         "/health", "/openapi.json", "/api-docs", "/webhook/codehost", "/api/previews", "/api/plugins",
-        "/api/previews/{deploymentId}",
+        "/api/previews/{deploymentId}", "/api/previews/{deploymentId}/logs", "/metrics", "/dashboard",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]
     assert {"200", "400", "401", "403", "413", "500"} <= set(webhook["responses"])
@@ -65,7 +65,7 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "prNumber", "repoName", "repoOwner", "projectSlug", "deploymentId", "branch", "commitSha",
         "framework", "dbType", "appPort", "exposedAppPort", "exposedDbPort", "status", "createdAt",
         "updatedAt", "url", "commentId",
-        "cloneUrl", "error",  # ours, documented in docs/decisions.md
+        "cloneUrl", "error", "codehostDeploymentId",  # ours, documented in docs/decisions.md
     }
     assert record["properties"]["status"]["enum"] == ["building", "running", "failed"]
     assert record["properties"]["commentId"]["nullable"] is True
@@ -121,7 +121,7 @@ def test_unexpected_exception_is_a_plain_500(client: testing.TestClient, store: 
     def explode() -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(DeploymentStore, "read", lambda self: explode())
+    monkeypatch.setattr(DeploymentStore, "snapshot", lambda self: explode())
     result = client.simulate_get("/api/previews")
     assert result.status_code == 500
     assert result.json == {"error": "Internal server error"}

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from orchestrator.models import DeploymentRecord, PortAllocation, StoreFile
 from orchestrator.store import DeploymentStore, StoreError
@@ -100,3 +101,35 @@ def test_updates_from_several_processes_are_serialised(tmp_path: Path) -> None:
     data = DeploymentStore(path).read()
     assert len(data.deployments) == 100
     assert len(data.portAllocations) == 100
+
+
+def test_cached_reads_see_writes_from_another_store_object(tmp_path: Path) -> None:
+    # Two objects on one file stand for two processes: each must see the other's writes despite its cache.
+    first = DeploymentStore(tmp_path / "deployments.json")
+    second = DeploymentStore(tmp_path / "deployments.json")
+    first.update(lambda data: add(data, 1))
+    assert list(second.read().deployments) == ["acme-api-1"]
+    for n in range(2, 30):  # many small writes: identical sizes and mtimes within one tick must not fool it
+        (first if n % 2 else second).update(lambda data, n=n: add(data, n))
+        assert len(first.read().deployments) == len(second.read().deployments) == n
+
+
+def test_a_caller_changing_what_it_read_does_not_change_the_store(tmp_path: Path) -> None:
+    store = DeploymentStore(tmp_path / "deployments.json")
+    store.update(lambda data: add(data, 1))
+    mine = store.read()
+    mine.deployments.clear()
+    assert list(store.read().deployments) == ["acme-api-1"]
+    with pytest.raises(ValidationError):
+        store.read().deployments["acme-api-1"].status = "failed"  # type: ignore[misc]  # records are frozen
+
+
+def test_records_json_is_each_record_as_the_api_shows_it(tmp_path: Path) -> None:
+    store = DeploymentStore(tmp_path / "deployments.json")
+    store.update(lambda data: [add(data, n) for n in (1, 2)])
+    store.update(lambda data: data.deployments.update(
+        {"acme-api-2": data.deployments["acme-api-2"].model_copy(update={"status": "failed"})}))
+    listed = [json.loads(raw) for raw in store.records_json()]
+    assert listed == [r.model_dump(mode="json") for r in store.read().deployments.values()]
+    assert [r["status"] for r in listed] == ["running", "failed"]
+    assert json.loads(store.path.read_text())["deployments"]["acme-api-2"]["status"] == "failed"

@@ -1,4 +1,4 @@
-"""GET /api/previews and DELETE /api/previews/{deploymentId}."""
+"""GET /api/previews, DELETE /api/previews/{deploymentId} and (handed on) GET /api/previews/{id}/logs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 import falcon
 from falcon.asgi import Request, Response
 
+from orchestrator.api.deployment_logs import DeploymentLogResource
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.inbox import Inbox
-from orchestrator.models import CleanupResult, DeploymentList, PullRequestEvent
+from orchestrator.models import CleanupResult, PullRequestEvent
 from orchestrator.naming import is_valid_deployment_id
 from orchestrator.store import DeploymentStore
 
@@ -24,20 +25,42 @@ class PreviewListResource:
         self._store = store
 
     async def on_get(self, req: Request, resp: Response) -> None:
-        data = await asyncio.to_thread(self._store.read)
-        body = DeploymentList(deployments=list(data.deployments.values()))
-        resp.media = body.model_dump(mode="json")
+        # The DeploymentList shape, joined from the store's cached per-record JSON (10,000 records stay fast).
+        records = await asyncio.to_thread(self._store.records_json)
+        resp.content_type = falcon.MEDIA_JSON
+        resp.data = b'{"deployments": [' + b", ".join(records) + b"]}"
+
+
+LOGS_SUFFIX = "/logs"
 
 
 class PreviewResource:
-    """Manual cleanup goes through the inbox like a `closed` event, so it never races a running flow."""
+    """Manual cleanup goes through the inbox like a `closed` event, so it never races a running flow.
 
-    def __init__(self, store: DeploymentStore, inbox: Inbox, dispatcher: Dispatcher) -> None:
+    The route takes the rest of the path (so that a malformed id gets the 400 rather than a 404); Falcon
+    cannot also route `{deploymentId}/logs`, so GET hands that suffix to the log resource here."""
+
+    def __init__(self, store: DeploymentStore, inbox: Inbox, dispatcher: Dispatcher,
+                 logs: DeploymentLogResource) -> None:
         self._store = store
         self._inbox = inbox
         self._dispatcher = dispatcher
+        self._logs = logs
+
+    async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
+        if not deployment_id.endswith(LOGS_SUFFIX):
+            raise falcon.HTTPMethodNotAllowed(["DELETE"])
+        deployment_id = deployment_id.removesuffix(LOGS_SUFFIX)
+        if not is_valid_deployment_id(deployment_id):
+            raise falcon.HTTPBadRequest(description="Invalid deployment id")
+        await self._logs.on_get(req, resp, deployment_id)
+
+    async def on_options(self, req: Request, resp: Response, deployment_id: str) -> None:
+        resp.set_header("Allow", "GET" if deployment_id.endswith(LOGS_SUFFIX) else "DELETE")
 
     async def on_delete(self, req: Request, resp: Response, deployment_id: str) -> None:
+        if deployment_id.endswith(LOGS_SUFFIX):
+            raise falcon.HTTPMethodNotAllowed(["GET"])
         if not is_valid_deployment_id(deployment_id):
             raise falcon.HTTPBadRequest(description="Invalid deployment id")
         data = await asyncio.to_thread(self._store.read)

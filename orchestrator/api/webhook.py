@@ -10,6 +10,7 @@ from falcon.asgi import Request, Response
 
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.inbox import Inbox, InboxError
+from orchestrator.metrics import Metrics
 from orchestrator.models import StatusOk
 from orchestrator.settings import Settings
 from orchestrator.webhook import (
@@ -22,10 +23,14 @@ from orchestrator.webhook import (
 
 log = logging.getLogger("orchestrator.webhook")
 OK = StatusOk().model_dump()
+KNOWN_EVENTS = frozenset({"pull_request", "ping", "push", "issue_comment", "pull_request_review"})
+OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 413: "too_large", 415: "unsupported_media",
+            500: "error"}
 
 
 class WebhookResource:
-    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher) -> None:
+    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics) -> None:
+        self._metrics = metrics
         self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
         self._allowed = settings.allowed_repos_folded
         self._sync = settings.webhook_processing == "sync"
@@ -33,8 +38,18 @@ class WebhookResource:
         self._dispatcher = dispatcher
 
     async def on_post(self, req: Request, resp: Response) -> None:
-        body = await _read_body(req)
         event_type = req.get_header("X-GitHub-Event")
+        # Only known event names become label values: the header is the sender's and labels must stay few.
+        event_label = event_type if event_type in KNOWN_EVENTS else "other"
+        try:
+            await self._receive(req, resp, event_type)
+        except falcon.HTTPError as error:
+            self._metrics.webhooks.labels(event_label, OUTCOMES.get(error.status_code, "error")).inc()
+            raise
+        self._metrics.webhooks.labels(event_label, resp.context.get("outcome", "accepted")).inc()
+
+    async def _receive(self, req: Request, resp: Response, event_type: str | None) -> None:
+        body = await _read_body(req)
         try:
             verify_signature(self._secret, body, req.get_header("X-Hub-Signature-256"))
             _check_content_type(req)
@@ -46,6 +61,7 @@ class WebhookResource:
 
         if isinstance(parsed, Ignored):
             log.info("webhook acknowledged and ignored: %s", parsed.reason)
+            resp.context["outcome"] = "ignored"
             resp.media = OK
             return
 
@@ -58,6 +74,7 @@ class WebhookResource:
             raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc
         if accepted.duplicate:
             log.info("delivery %s already received; not processed again", parsed.delivery_id, extra=extra)
+            resp.context["outcome"] = "duplicate"
             resp.media = OK
             return
         log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)

@@ -1,4 +1,5 @@
-"""A fake of the code host's REST API on 127.0.0.1: records calls, keeps comments, fails on demand."""
+"""A fake of the code host's REST API on 127.0.0.1: records calls, keeps comments and deployments with their
+statuses (GitHub's shapes), fails on demand."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Call:
 class FakeCodeHost:
     calls: list[Call] = field(default_factory=list)
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    deployments: dict[int, dict[str, Any]] = field(default_factory=dict)
     failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 1000
@@ -40,6 +42,12 @@ class FakeCodeHost:
     def comments_on(self, owner: str, repo: str, pr: int) -> list[dict[str, Any]]:
         with self.lock:
             return [c for c in self.comments.values() if (c["owner"], c["repo"], c["pr"]) == (owner, repo, pr)]
+
+    def deployments_of(self, owner: str, repo: str, environment: str) -> list[dict[str, Any]]:
+        """Deployments of an environment, oldest first, each with `statuses` (states in order)."""
+        with self.lock:
+            return [dict(d, statuses=list(d["statuses"])) for d in self.deployments.values()
+                    if (d["owner"], d["repo"], d["environment"]) == (owner, repo, environment)]
 
     def start(self) -> FakeCodeHost:
         fake = self
@@ -94,4 +102,25 @@ class FakeCodeHost:
                 comment["body"] = body.get("body", "")
                 comment["edits"] += 1
                 return 200, {"id": int(edited[3]), "body": comment["body"]}, {}
+            deployments = re.fullmatch(r"/repos/([^/]+)/([^/]+)/deployments", path)
+            if method == "POST" and deployments:
+                if not body.get("ref") or not body.get("environment"):
+                    return 422, {"message": "Validation Failed"}, {}
+                self.next_id += 1
+                self.deployments[self.next_id] = {"owner": deployments[1], "repo": deployments[2],
+                                                  "id": self.next_id, "ref": body["ref"],
+                                                  "environment": body["environment"], "request": body,
+                                                  "statuses": []}
+                return 201, {"id": self.next_id, "ref": body["ref"], "environment": body["environment"]}, {}
+            status = re.fullmatch(r"/repos/([^/]+)/([^/]+)/deployments/(\d+)/statuses", path)
+            if method == "POST" and status:
+                deployment = self.deployments.get(int(status[3]))
+                if deployment is None:
+                    return 404, {"message": "Not Found"}, {}
+                if body.get("state") not in {"error", "failure", "inactive", "in_progress", "queued", "pending",
+                                             "success"}:
+                    return 422, {"message": "Validation Failed"}, {}
+                deployment["statuses"].append(body)
+                self.next_id += 1
+                return 201, {"id": self.next_id, "state": body["state"]}, {}
             return 404, {"message": "Not Found"}, {}

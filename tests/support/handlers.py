@@ -27,7 +27,9 @@ class RecordingHandler:
         gate: Path | None = None,
         fail_message: str | None = None,
         delay: float = 0.0,
+        keep_store: bool = True,
     ) -> None:
+        self.keep_store = keep_store
         self.store = store
         self.journal = journal
         self.gate = gate
@@ -48,7 +50,8 @@ class RecordingHandler:
             time.sleep(self.delay)
             if self.fail_message:
                 raise FlowError(self.fail_message)
-            self.store.update(lambda data: _apply(data, event))
+            if self.keep_store:
+                self.store.update(lambda data: _apply(data, event))
             self._note("done", event)
         finally:
             with self._lock:
@@ -103,7 +106,7 @@ def _apply(data: StoreFile, event: PullRequestEvent) -> None:
     )
 
 
-def from_env(settings: Settings, plugins: object = None) -> RecordingHandler:
+def from_env(settings: Settings, plugins: object = None, metrics: object = None) -> RecordingHandler:
     """Factory for EVENT_HANDLER: journal and gate paths come from TEST_JOURNAL and TEST_GATE."""
     gate = os.environ.get("TEST_GATE")
     return RecordingHandler(
@@ -111,4 +114,5 @@ def from_env(settings: Settings, plugins: object = None) -> RecordingHandler:
         journal=Path(os.environ["TEST_JOURNAL"]),
         gate=Path(gate) if gate else None,
         delay=float(os.environ.get("TEST_DELAY", "0")),
+        keep_store=os.environ.get("TEST_KEEP_STORE", "true") == "true",
     )

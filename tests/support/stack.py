@@ -122,6 +122,9 @@ def labelled_resources(deployment_id: str) -> list[str]:
 def assert_fully_removed(stack: Stack, pr: int) -> None:
     deployment = f"{SLUG}-{pr}"
     assert labelled_resources(deployment) == []
+    images = subprocess.run(["docker", "images", "-q", f"{deployment}-*"], capture_output=True, text=True,
+                            timeout=60, check=True).stdout
+    assert images.strip() == "", f"images built for {deployment} left behind"
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}").exists()
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
     assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()

@@ -1,0 +1,116 @@
+"""`bench/run [--smoke] [--only NAME,...] [--out FILE]`: run the benchmarks, print tables, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.ack import bench_ack
+from bench.common import REPO_ROOT, SMOKE, Budget
+from bench.concurrency import bench_concurrency
+from bench.preview import bench_preview
+from bench.scale import bench_scale
+
+BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
+    "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
+}
+
+
+def _table(title: str, header: list[str], rows: list[list[Any]]) -> str:
+    cells = [header] + [[_fmt(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return str(value)
+
+
+def report(results: dict[str, Any]) -> str:
+    out = []
+    if "ack" in results:
+        ack = results["ack"]
+        out.append(_table("Webhook acknowledgement (queue mode)",
+                          ["mode", "offered/s", "conns", "sent", "accepted", "accepted/s", "p50 ms", "p99 ms",
+                           "max ms", "steal %"],
+                          [[lv["mode"], lv["offered_rps"], lv["connections"], lv["sent"], lv["accepted"],
+                            lv["accepted_per_s"], lv["p50_ms"], lv["p99_ms"], lv["max_ms"], lv["cpu_steal_pct"]]
+                           for lv in ack["levels"]]))
+        out.append(f"processed once: {ack['processed_once']}, twice: {ack['processed_twice']}, lost: {ack['lost']}; "
+                   f"RSS idle {ack['rss_idle_mib']:.1f} MiB, peak under load {ack['rss_loaded_peak_mib']:.1f} MiB; "
+                   f"queue drained {ack['drained_after_s']:.0f} s after the last request\n")
+    if "scale" in results:
+        out.append(_table("Scale: GET /api/previews and a deploy's store write",
+                          ["records", "store KiB", "GET p50 ms", "GET p99 ms", "write p50 ms", "write p99 ms"],
+                          [[s["records"], s["store_bytes"] / 1024, s["get"]["p50_ms"], s["get"]["p99_ms"],
+                            s["write"]["p50_ms"], s["write"]["p99_ms"]] for s in results["scale"]["sizes"]]))
+    if "preview" in results:
+        preview = results["preview"]
+        rows = []
+        for cache in ("cold", "warm"):
+            m = preview[cache]["median"]
+            rows.append([cache, "deploy", m["raw_deploy_s"], m["service_deploy_s"], m["deploy_overhead_pct"]])
+            rows.append([cache, "update", m["raw_update_s"], m["service_update_s"], m["update_overhead_pct"]])
+        out.append(_table(f"Time to preview (medians of {preview['repeats']}, sample {preview['sample']})",
+                          ["cache", "flow", "raw s", "service s", "overhead %"], rows))
+    if "concurrency" in results:
+        out.append(_table("Concurrency: pull requests opened at once",
+                          ["MAX_CONCURRENT_BUILDS", "PRs", "first preview s", "all previews s"],
+                          [[r["max_concurrent_builds"], r["prs"], r["first_s"], r["all_s"]]
+                           for r in results["concurrency"]["runs"]]))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny budget: every benchmark once (the tests')")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "latest.json")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    budget = SMOKE if args.smoke else Budget()
+    results: dict[str, Any] = {}
+    meta = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "smoke": args.smoke,
+            "python": platform.python_version(), "cpus": _cpus(), "commit": _commit()}
+    for name in chosen:
+        began = time.monotonic()
+        print(f"== {name} ...", file=sys.stderr, flush=True)
+        results[name] = BENCHMARKS[name](budget)
+        print(f"== {name} took {time.monotonic() - began:.0f}s", file=sys.stderr, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
+    print(report(results))
+    print(f"JSON written to {args.out}")
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""(2) Time to preview and time to update, the service against the raw work it orchestrates, alternating.
+
+Service side: signed `opened` webhook → the page answers through nginx with commit A; then `synchronize` →
+the page shows commit B. Raw side, on the same repository and stand-in images: `git clone` + the same
+rendered Dockerfile and compose file + `docker compose up -d --build` + polling the health URL; then
+`git fetch` + `git reset --hard` + `docker compose up -d --build` + polling until commit B answers.
+Both poll every POLL_SECONDS (the service's HEALTH_CHECK_INTERVAL_SECONDS too).
+
+Cold: no layer of the app image is cached (only the base images, as if pulled). Warm: another preview of the
+same repository was built before (its layers are cached), the common case of a repository with open PRs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import Budget, scratch
+from bench.stats import median
+from orchestrator.checkout import load_checkout_config
+from orchestrator.plugin_host import build_plugin_host
+from orchestrator.rendering import make_context, render_deployment, write_rendered
+from tests.support.git_repos import PullRequestRepo, make_pr_repo
+from tests.support.live import free_port
+from tests.support.stack import SLUG, Stack, start_stack, stop_stack
+from tests.support.standins import STANDIN_OVERRIDES
+
+SAMPLE = "go"
+POLL_SECONDS = 0.2
+PAGE_A = "go says: commit A\n"
+PAGE_B = "go says: commit B\n"
+
+
+def _run(*argv: str, cwd: Path | None = None) -> None:
+    subprocess.run(list(argv), cwd=cwd, check=True, capture_output=True, timeout=900)
+
+
+def _poll(url: str, expected: str | None, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            try:
+                response = client.get(url)
+                if response.status_code == 200 and (expected is None or response.text == expected):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(POLL_SECONDS)
+    raise TimeoutError(f"{url} did not answer {expected!r} in {timeout}s")
+
+
+def _forget_app_images() -> None:
+    """Cold cache: remove every image built from the sample (their layers go with them)."""
+    listed = subprocess.run(["docker", "images", "-q", "--filter", "reference=*-app"], capture_output=True,
+                            text=True, check=True, timeout=60).stdout.split()
+    if listed:
+        _run("docker", "rmi", "-f", *sorted(set(listed)))
+    _run("docker", "image", "prune", "-f")
+
+
+class RawSide:
+    """What an operator would script by hand, with the files the service would generate committed."""
+
+    def __init__(self, root: Path, repo: PullRequestRepo) -> None:
+        self.root = root
+        self.repo = repo
+        self.plugins = build_plugin_host()
+
+    def prime(self) -> None:
+        """Warm cache: build the app image once under a project of its own and keep it."""
+        work = self.root / "primer"
+        _run("git", "clone", "-q", "--branch", self.repo.branch, self.repo.clone_url, str(work))
+        config = load_checkout_config(self.plugins, work)
+        context = make_context("raw", "bench", 1, free_port(), free_port(), b"bench", STANDIN_OVERRIDES)
+        compose = write_rendered(work, render_deployment(self.plugins, work, config, context))
+        _run("docker", "compose", "-p", "bench-primer", "-f", str(compose), "build", cwd=work)
+
+    def deploy(self, number: int) -> tuple[float, float, str]:
+        work = self.root / f"raw-{number}"
+        project = f"raw-bench-{number}"
+        app_port, db_port = free_port(), free_port()
+        began = time.perf_counter()
+        _run("git", "clone", "-q", "--branch", self.repo.branch, self.repo.clone_url, str(work))
+        _run("git", "-c", "advice.detachedHead=false", "checkout", "-q", self.repo.sha_a, cwd=work)
+        config = load_checkout_config(self.plugins, work)
+        context = make_context("raw", "bench", number, app_port, db_port, b"bench", STANDIN_OVERRIDES)
+        compose = write_rendered(work, render_deployment(self.plugins, work, config, context))
+        _run("docker", "compose", "-p", project, "-f", str(compose), "up", "-d", "--build", cwd=work)
+        _poll(f"http://127.0.0.1:{app_port}/health", None)
+        deployed = time.perf_counter() - began
+        began = time.perf_counter()
+        _run("git", "fetch", "-q", "origin", cwd=work)
+        _run("git", "reset", "-q", "--hard", self.repo.sha_b, cwd=work)
+        _run("docker", "compose", "-p", project, "-f", str(compose), "up", "-d", "--build", cwd=work)
+        _poll(f"http://127.0.0.1:{app_port}/", PAGE_B)
+        updated = time.perf_counter() - began
+        _run("docker", "compose", "-p", project, "down", "--volumes", "--rmi", "local", "--timeout", "10")
+        return deployed, updated, project
+
+
+class ServiceSide:
+    def __init__(self, stack: Stack, repo: PullRequestRepo) -> None:
+        self.stack = stack
+        self.repo = repo
+
+    def deploy(self, number: int) -> tuple[float, float, str]:
+        began = time.perf_counter()
+        self.stack.send("opened", number, self.repo, self.repo.sha_a)
+        _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_A)
+        deployed = time.perf_counter() - began
+        began = time.perf_counter()
+        self.stack.send("synchronize", number, self.repo, self.repo.sha_b)
+        _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_B)
+        updated = time.perf_counter() - began
+        self.stack.send("closed", number, self.repo, self.repo.sha_b)
+        self.stack.wait_gone(number)
+        return deployed, updated, f"{SLUG}-{number}"
+
+
+def bench_preview(budget: Budget) -> dict[str, Any]:
+    with scratch("preview") as root:
+        repo = make_pr_repo(root, SAMPLE, "feature/bench")
+        stack = start_stack(root / "stack", HEALTH_CHECK_INTERVAL_SECONDS=str(POLL_SECONDS), LOG_LEVEL="info",
+                            MAX_CONCURRENT_PREVIEWS="1000")
+        raw, service = RawSide(root, repo), ServiceSide(stack, repo)
+        samples: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
+        number = 100
+        try:
+            for cache in ("cold", "warm"):
+                if cache == "warm":
+                    raw.prime()
+                for repeat in range(budget.preview_repeats):
+                    # Alternate which side goes first so that neither always meets a cache the other warmed.
+                    order = [("raw", raw), ("service", service)]
+                    if repeat % 2:
+                        order.reverse()
+                    sample: dict[str, float] = {}
+                    for name, side in order:
+                        if cache == "cold":
+                            _forget_app_images()
+                        number += 1
+                        deployed, updated, _ = side.deploy(number)
+                        sample[f"{name}_deploy_s"] = deployed
+                        sample[f"{name}_update_s"] = updated
+                    samples[cache].append(sample)
+        finally:
+            stop_stack(stack)
+            _forget_app_images()
+    results: dict[str, Any] = {"sample": SAMPLE, "poll_seconds": POLL_SECONDS, "repeats": budget.preview_repeats,
+                               "cores": os.cpu_count()}
+    for cache, runs in samples.items():
+        figures = {key: median([run[key] for run in runs]) for key in runs[0]}
+        figures["deploy_overhead_pct"] = 100 * (figures["service_deploy_s"] / figures["raw_deploy_s"] - 1)
+        figures["update_overhead_pct"] = 100 * (figures["service_update_s"] / figures["raw_update_s"] - 1)
+        results[cache] = {"median": figures, "runs": runs}
+    return results
+
+
+

@@ -1,0 +1,36 @@
+"""Real headless Chromium (Debian's `chromium` and `chromedriver`) driven by Selenium.
+
+The driver is given explicitly, so Selenium Manager never tries to download a browser; Chromium runs with
+its background networking off, so the only requests it makes are the page's own to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@contextmanager
+def chromium(width: int = 1280, height: int = 720) -> Iterator[webdriver.Chrome]:
+    if not shutil.which(CHROMIUM) or not shutil.which(CHROMEDRIVER):
+        raise RuntimeError("chromium and chromium-driver are not installed; run scripts/prepare-test-host")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
+                 "--disable-sync", "--no-first-run", "--metrics-recording-only", "--disable-extensions",
+                 f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
