@@ -54,9 +54,14 @@ def _poll(url: str, expected: str | None, timeout: float = 600) -> None:
     raise TimeoutError(f"{url} did not answer {expected!r} in {timeout}s")
 
 
+BENCH_IMAGES = (f"{SLUG}-*-app", "raw-bench-*-app", "bench-primer-app")
+
+
 def _forget_app_images() -> None:
-    """Cold cache: remove every image built from the sample (their layers go with them)."""
-    listed = subprocess.run(["docker", "images", "-q", "--filter", "reference=*-app"], capture_output=True,
+    """Cold cache: remove the images this benchmark built (their layers go with them). Images other work
+    built from the same Dockerfile would still share layers: run the benchmark on a quiet host."""
+    filters = [arg for pattern in BENCH_IMAGES for arg in ("--filter", f"reference={pattern}")]
+    listed = subprocess.run(["docker", "images", "-q", *filters], capture_output=True,
                             text=True, check=True, timeout=60).stdout.split()
     if listed:
         _run("docker", "rmi", "-f", *sorted(set(listed)))

@@ -87,7 +87,8 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert cli(stack, "logs", f"{SLUG}-999").returncode == 1
 
     # Deployments API: one deployment for commit A, in_progress then success with the preview's URL.
-    assert states(stack, pr) == [(repo.sha_a, ["in_progress", "success"])]
+    wait_until(lambda: states(stack, pr) == [(repo.sha_a, ["in_progress", "success"])], timeout=30,
+               message="success status")
     success = stack.codehost.deployments_of("Codertocat", "Hello-World", environment(pr))[0]["statuses"][-1]
     assert success["environment_url"] == record["url"]
     comment = stack.wait_comment(pr, "Preview ready", record["url"], repo.sha_a[:7], "built in")
@@ -95,8 +96,9 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     # A push: a new deployment for commit B; the one for A becomes inactive.
     stack.send("synchronize", pr, repo, repo.sha_b)
     stack.wait_for(pr, "running", repo.sha_b)
-    assert states(stack, pr) == [(repo.sha_a, ["in_progress", "success", "inactive"]),
-                                 (repo.sha_b, ["in_progress", "success"])]
+    wait_until(lambda: states(stack, pr) == [(repo.sha_a, ["in_progress", "success", "inactive"]),
+                                             (repo.sha_b, ["in_progress", "success"])], timeout=30,
+               message="statuses after the push")
 
     listing = cli(stack, "list")
     assert listing.returncode == 0, listing.stderr
@@ -107,6 +109,8 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     metrics = httpx.get(f"{stack.service.url}/metrics", timeout=10)
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "metrics.txt").write_text(text)  # the README's sample comes from here
     assert metric(text, "preview_orchestrator_deploys_total", framework="python", result="success") >= 2
     assert metric(text, "preview_orchestrator_deploy_duration_seconds_count", result="success") >= 2
     assert metric(text, "preview_orchestrator_health_check_duration_seconds_count", result="healthy") >= 2
@@ -131,18 +135,22 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
 def test_a_failed_deploy_reports_failure_with_the_log_tail(stack: Stack) -> None:
     pr = 42
     repo = make_pr_repo(stack.root / "repos", "python", "feature/ops-fail",
-                        config=config_for("python", build_commands=["echo about to fail", "exit 4"]))
+                        config=config_for("python", build_commands=["echo about to fail; exit 4"]))
     stack.send("opened", pr, repo, repo.sha_a)
     stack.wait_for(pr, "failed")
-    assert states(stack, pr) == [(repo.sha_a, ["in_progress", "failure"])]
-    body = stack.wait_comment(pr, "Preview failed", "Build command failed: exit 4", "about to fail", "after",
+    # Reported after the record and the comment (the spec's order), so it may lag them a moment.
+    wait_until(lambda: states(stack, pr) == [(repo.sha_a, ["in_progress", "failure"])], timeout=30,
+               message="failure status")
+    body = stack.wait_comment(pr, "Preview failed", "Build command failed: echo about to fail; exit 4",
+                              "<summary>Last lines of the log</summary>\n\n```\nabout to fail\n```", "after",
                               "Push a new commit to retry, or close and reopen")
     assert repo.sha_a[:7] in body
     text = httpx.get(f"{stack.service.url}/metrics", timeout=10).text
     assert metric(text, "preview_orchestrator_deploys_total", framework="python", result="failure") >= 1
     stack.send("closed", pr, repo, repo.sha_a)
     stack.wait_gone(pr)
-    assert states(stack, pr)[-1][1][-1] == "inactive"
+    wait_until(lambda: states(stack, pr) == [(repo.sha_a, ["in_progress", "failure", "inactive"])], timeout=30,
+               message="inactive after close")
 
 
 def test_codehost_deployments_can_be_turned_off(tmp_path: Path) -> None:
@@ -163,7 +171,7 @@ def test_codehost_deployments_can_be_turned_off(tmp_path: Path) -> None:
 
 def test_dashboard_shows_a_preview_building_then_running_without_reload(stack: Stack) -> None:
     pr = 44
-    repo = make_pr_repo(stack.root / "repos", "python", "feature/dashboard <b>bold</b>",
+    repo = make_pr_repo(stack.root / "repos", "python", "feature/<b>bold</b>",
                         config=config_for("python", build_commands=["sleep 8"]))
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
@@ -172,23 +180,30 @@ def test_dashboard_shows_a_preview_building_then_running_without_reload(stack: S
         browser.execute_script("window.__notReloaded = true;")
         stack.send("opened", pr, repo, repo.sha_a)
 
-        def row_status() -> str | None:
-            rows = browser.find_elements("css selector", f'tr[data-id="{SLUG}-{pr}"] .status')
-            return rows[0].text if rows else None
+        def row() -> dict[str, str] | None:
+            # Read in one script: the page re-renders its rows every 2 s, so element handles go stale.
+            return browser.execute_script("""
+                const row = document.querySelector(`tr[data-id="${arguments[0]}"]`);
+                if (!row) return null;
+                const text = sel => row.querySelector(sel).textContent;
+                return {status: text(".status"), branch: text(".branch"), commit: text(".commit"),
+                        boldTags: row.querySelectorAll("td.branch b").length.toString(),
+                        url: row.querySelector("a.url").href, log: row.querySelector("a.log").href};
+            """, f"{SLUG}-{pr}")
 
-        wait_until(lambda: row_status() == "building", timeout=60, message="row shows building")
-        row = browser.find_element("css selector", f'tr[data-id="{SLUG}-{pr}"]')
+        wait_until(lambda: (row() or {}).get("status") == "building", timeout=60, message="row shows building")
+        shown = row()
+        assert shown is not None
         # The hostile branch name is shown as text, never parsed as HTML.
-        assert row.find_element("css selector", ".branch").text == "feature/dashboard <b>bold</b>"
-        assert browser.find_elements("css selector", "td.branch b") == []
+        assert shown["branch"] == "feature/<b>bold</b>" and shown["boldTags"] == "0"
         browser.save_screenshot(str(ARTIFACTS / "dashboard-building.png"))
-        wait_until(lambda: row_status() == "running", timeout=300, message="row shows running")
+        wait_until(lambda: (row() or {}).get("status") == "running", timeout=300, message="row shows running")
         assert browser.execute_script("return window.__notReloaded === true;")
-        row = browser.find_element("css selector", f'tr[data-id="{SLUG}-{pr}"]')
-        assert row.find_element("css selector", ".commit").text == repo.sha_a[:7]
-        assert row.find_element("css selector", "a.url").get_attribute("href") == f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
-        log_link = row.find_element("css selector", "a.log").get_attribute("href")
-        assert log_link == f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs"
+        shown = row()
+        assert shown is not None
+        assert shown["commit"] == repo.sha_a[:7]
+        assert shown["url"] == f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
+        assert shown["log"] == f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs"
         assert browser.get_log("browser") == []  # no script error, no refused asset (everything is inline)
         browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
     stack.send("closed", pr, repo, repo.sha_a)

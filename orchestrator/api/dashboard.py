@@ -45,7 +45,7 @@ class DashboardResource:
         now = datetime.now(UTC)
         resp.content_type = "text/html; charset=utf-8"
         resp.set_header("Cache-Control", "no-store")
-        # The page runs only its own inline script and talks only to this service.
+        # The page runs only its own inline script and talks only to this service (the empty favicon is inline too).
         resp.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
-                        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'")
+                        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
         resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now)

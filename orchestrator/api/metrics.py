@@ -1,9 +1,10 @@
-"""GET /metrics: the Prometheus text exposition."""
+"""GET /metrics: the Prometheus exposition, negotiated from the scraper's Accept header (text or
+OpenMetrics), as prometheus-client does it."""
 
 from __future__ import annotations
 
 from falcon.asgi import Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 
 from orchestrator.metrics import Metrics
 
@@ -13,5 +14,6 @@ class MetricsResource:
         self._metrics = metrics
 
     async def on_get(self, req: Request, resp: Response) -> None:
-        resp.content_type = CONTENT_TYPE_LATEST
-        resp.data = self._metrics.exposition()
+        encoder, content_type = choose_encoder(req.get_header("Accept") or "")
+        resp.content_type = content_type
+        resp.data = encoder(self._metrics.registry)

@@ -1,0 +1,47 @@
+"""Every benchmark once with the smoke budget, so that bench/ cannot rot. Figures are not asserted here (a
+timed test would be flaky and prove nothing); what is asserted is that each one measured what it claims."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.payloads import REPO_ROOT
+
+
+def run_bench(only: str, out: Path) -> dict:
+    result = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(out)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"JSON written to {out}" in result.stdout
+    data: dict = json.loads(out.read_text())
+    assert data["meta"]["smoke"] is True
+    return data
+
+
+@pytest.mark.live
+def test_ack_and_scale_benchmarks_run(tmp_path: Path) -> None:
+    data = run_bench("ack,scale", tmp_path / "out.json")
+    ack = data["ack"]
+    assert ack["lost"] == 0 and ack["processed_twice"] == 0
+    assert ack["processed_once"] == sum(level["sent"] for level in ack["levels"]) > 0
+    assert all(level["p50_ms"] > 0 and level["p99_ms"] >= level["p50_ms"] for level in ack["levels"])
+    assert 0 < ack["rss_idle_mib"] <= ack["rss_loaded_peak_mib"]
+    [size] = data["scale"]["sizes"]
+    assert size["records"] == 10 and size["get"]["p50_ms"] > 0 and size["write"]["p50_ms"] > 0
+
+
+@pytest.mark.live
+@pytest.mark.docker
+def test_preview_and_concurrency_benchmarks_run(tmp_path: Path) -> None:
+    data = run_bench("preview,concurrency", tmp_path / "out.json")
+    for cache in ("cold", "warm"):
+        median = data["preview"][cache]["median"]
+        for key in ("raw_deploy_s", "service_deploy_s", "raw_update_s", "service_update_s"):
+            assert median[key] > 0, (cache, key)
+    [run] = data["concurrency"]["runs"]
+    assert run["prs"] == 2 and 0 < run["first_s"] <= run["all_s"]
