@@ -4,7 +4,10 @@ Service side: signed `opened` webhook → the page answers through nginx with co
 the page shows commit B. Raw side, on the same repository and stand-in images: `git clone` + the same
 rendered Dockerfile and compose file + `docker compose up -d --build` + polling the health URL; then
 `git fetch` + `git reset --hard` + `docker compose up -d --build` + polling until commit B answers.
-Both poll every POLL_SECONDS (the service's HEALTH_CHECK_INTERVAL_SECONDS too).
+Both sides wait for their tool to finish before probing the page, as a person would (the raw script for
+compose to return, the service side for the record to say `running` at the new commit, which it does after
+the route is in place), then poll the page every POLL_SECONDS (the service's HEALTH_CHECK_INTERVAL_SECONDS
+too). Probing the service's page all along instead would measure requests stuck in the container swap.
 
 Cold: no layer of the app image is cached (only the base images, as if pulled). Warm: another preview of the
 same repository was built before (its layers are cached), the common case of a repository with open PRs.
@@ -116,15 +119,28 @@ class ServiceSide:
     def deploy(self, number: int) -> tuple[float, float, str]:
         began = time.perf_counter()
         self.stack.send("opened", number, self.repo, self.repo.sha_a)
+        self._wait_running(number, self.repo.sha_a)
         _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_A)
         deployed = time.perf_counter() - began
         began = time.perf_counter()
         self.stack.send("synchronize", number, self.repo, self.repo.sha_b)
+        self._wait_running(number, self.repo.sha_b)
         _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_B)
         updated = time.perf_counter() - began
         self.stack.send("closed", number, self.repo, self.repo.sha_b)
         self.stack.wait_gone(number)
         return deployed, updated, f"{SLUG}-{number}"
+
+    def _wait_running(self, number: int, sha: str) -> None:
+        deadline = time.monotonic() + 600
+        with httpx.Client(base_url=self.stack.service.url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                listed = client.get("/api/previews").json()["deployments"]
+                if any(d["prNumber"] == number and d["commitSha"] == sha and d["status"] in ("running", "failed")
+                       for d in listed):
+                    return
+                time.sleep(POLL_SECONDS)
+        raise TimeoutError(f"pull request {number} not running at {sha}")
 
 
 def bench_preview(budget: Budget) -> dict[str, Any]:

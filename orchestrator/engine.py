@@ -126,7 +126,8 @@ class DeployEngine:
         log.info("%s started", "update" if updating else "deploy", extra=extra)
         reported = self._report_start(event, existing)
         try:
-            self._build_and_start(event, target, record)
+            self._build_and_start(event, target, record, route_served=existing is not None
+                                  and existing.status == "running")
         except Exception as exc:  # noqa: BLE001 - any failure ends the deploy as `failed`, internal ones too
             failure = exc if isinstance(exc, StepFailed) else StepFailed("Deployment failed (internal error)")
             seconds = time.monotonic() - started
@@ -143,7 +144,8 @@ class DeployEngine:
         self._count_deploy(event.deployment_id, "success", seconds)
         log.info("preview running at %s", record.url, extra=extra)
 
-    def _build_and_start(self, event: PullRequestEvent, target: Target, record: DeploymentRecord) -> None:
+    def _build_and_start(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                         route_served: bool) -> None:
         self._checkout(event, target)
         try:
             config = load_checkout_config(self.plugins, target.work_dir)
@@ -184,7 +186,8 @@ class DeployEngine:
         if not healthy:
             raise StepFailed("Health check timeout", self._container_logs(event.deployment_id, compose_file))
         try:
-            self.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log)
+            self.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
+                               served=route_served)
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
 
@@ -207,7 +210,9 @@ class DeployEngine:
 
     def _begin(self, event: PullRequestEvent, comment_id: int | None) -> DeploymentRecord:
         """Atomically: check the limit, keep or allocate ports, and record the deployment as building."""
-        in_use = _safe(published_host_ports, set())
+        # Asking Docker which ports are published takes a moment; an update keeps its ports and skips it.
+        kept = event.deployment_id in self.store.read().portAllocations
+        in_use: set[int] = set() if kept else _safe(published_host_ports, set())
         now = datetime.now(UTC)
 
         def change(data: StoreFile) -> DeploymentRecord:

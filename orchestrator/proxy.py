@@ -40,13 +40,22 @@ class Proxy:
     def route(self, slug: str, pr: int, deployment_id: str, port: int) -> str:
         return LOCATION_TEMPLATE.format(slug=slug, pr=pr, deployment_id=deployment_id, port=port)
 
-    def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None) -> None:
-        """Write the route, test the whole config, reload; restore the previous file if the test fails."""
+    def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
+                served: bool = False) -> None:
+        """Write the route, test the whole config, reload; restore the previous file if the test fails.
+
+        `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
+        the route is then unchanged and nginx is left alone: a reload would only drop its open connections."""
         path = self.path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
+        wanted = self.route(slug, pr, deployment_id, port)
+        if served and previous == wanted.encode():
+            if log:
+                log.note("nginx route unchanged; not reloaded")
+            return
         self.config_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".conf.tmp")
-        tmp.write_text(self.route(slug, pr, deployment_id, port))
+        tmp.write_text(wanted)
         tmp.replace(path)
         try:
             self._run(self._test, log)

@@ -16,16 +16,16 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from filelock import FileLock
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from orchestrator.models import DeploymentRecord, StoreFile
+from orchestrator.models import StoreFile
 
 T = TypeVar("T")
 
@@ -37,6 +37,8 @@ class StoreError(Exception):
 
 
 FileIdentity = tuple[int, int, int, int]  # device, inode, mtime in ns, size
+Fragment = tuple[BaseModel, bytes, bytes]  # the model, its JSON, its `"key": JSON` line in the file
+Fragments = dict[str, dict[str, Fragment]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Snapshot:
 
     identity: FileIdentity | None
     data: StoreFile
-    record_json: dict[str, tuple[DeploymentRecord, bytes]]
+    record_json: Fragments  # "deployments" and "portAllocations": key -> fragment
     pinned: BinaryIO | None = None  # the file read, held open so its inode stays unique while cached
 
     def copy(self) -> StoreFile:
@@ -71,7 +73,7 @@ class DeploymentStore:
     def records_json(self) -> list[bytes]:
         """Every record as the JSON `GET /api/previews` lists, without re-serialising unchanged ones."""
         snapshot = self.snapshot()
-        return [snapshot.record_json[key][1] for key in snapshot.data.deployments]
+        return [snapshot.record_json["deployments"][key][1] for key in snapshot.data.deployments]
 
     def count_by_status(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -148,7 +150,7 @@ class DeploymentStore:
         except OSError as exc:
             raise StoreError(f"Tracking store {self.path} cannot be written: {exc.strerror or exc}") from exc
 
-    def _write(self, data: StoreFile, record_json: dict[str, tuple[DeploymentRecord, bytes]]) -> None:
+    def _write(self, data: StoreFile, record_json: Fragments) -> None:
         payload = _document(data, record_json)
         fd, tmp_name = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
         try:
@@ -171,19 +173,28 @@ def _identity(st: os.stat_result) -> FileIdentity:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _record_json(data: StoreFile, previous: Snapshot | None) -> dict[str, tuple[DeploymentRecord, bytes]]:
-    """Each record's JSON, reused from `previous` where the record is the same object (records are frozen)."""
-    old = previous.record_json if previous else {}
-    result = {}
-    for key, record in data.deployments.items():
-        kept = old.get(key)
-        result[key] = kept if kept is not None and kept[0] is record else (record, record.model_dump_json().encode())
-    return result
+def _record_json(data: StoreFile, previous: Snapshot | None) -> Fragments:
+    """Each record's and allocation's JSON, reused from `previous` where the model is the same object
+    (models are frozen, so the same object means the same JSON)."""
+    fragments: Fragments = {}
+    for section, models in (("deployments", data.deployments), ("portAllocations", data.portAllocations)):
+        old = previous.record_json.get(section, {}) if previous else {}
+        current: dict[str, Fragment] = {}
+        for key, model in models.items():
+            kept = old.get(key)
+            if kept is None or kept[0] is not model:
+                value = model.model_dump_json().encode()
+                kept = (model, value, json.dumps(key).encode() + b": " + value)
+            current[key] = kept
+        fragments[section] = current
+    return fragments
 
 
-def _document(data: StoreFile, record_json: dict[str, tuple[DeploymentRecord, bytes]]) -> bytes:
+def _document(data: StoreFile, fragments: Fragments) -> bytes:
     """The store file: one line per record and allocation, so it stays readable and diffable."""
-    deployments = b",\n".join(json.dumps(key).encode() + b": " + record_json[key][1] for key in data.deployments)
-    allocations = b",\n".join(json.dumps(key).encode() + b": " + value.model_dump_json().encode()
-                               for key, value in data.portAllocations.items())
-    return (b'{"deployments": {\n' + deployments + b'\n},\n"portAllocations": {\n' + allocations + b"\n}}\n")
+    def section(name: str, keys: Iterable[str]) -> bytes:
+        lines = fragments[name]
+        return b",\n".join([lines[key][2] for key in keys])
+
+    return (b'{"deployments": {\n' + section("deployments", data.deployments) + b'\n},\n"portAllocations": {\n'
+            + section("portAllocations", data.portAllocations) + b"\n}}\n")

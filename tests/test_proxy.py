@@ -75,3 +75,16 @@ def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int)
     assert not proxy.path("acme-api", 4).exists()
     (nginx.routes / "zz-broken.conf").unlink()
     assert httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200  # the running config was never broken
+
+
+def test_an_unchanged_served_route_is_not_reloaded(tmp_path: Path) -> None:
+    # Commands that leave a trace instead of nginx: the point is which ones run.
+    trace = tmp_path / "trace"
+    proxy = Proxy(tmp_path / "routes", f"sh -c 'echo test >> {trace}'", f"sh -c 'echo reload >> {trace}'")
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None)
+    assert trace.read_text() == "test\nreload\n"
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None, served=True)  # an update, same port
+    assert trace.read_text() == "test\nreload\n"
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None)  # not known to be served: reloaded anyway
+    proxy.install("acme-api", 3, "acme-api-3", 8004, None, served=True)  # changed: reloaded
+    assert trace.read_text() == "test\nreload\n" * 3
