@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from orchestrator.humanize import age
 from orchestrator.text_table import format_table
 
 EXIT_UNREACHABLE = 2
@@ -37,21 +38,13 @@ def _error(response: httpx.Response) -> str:
         return f"HTTP {response.status_code}"
 
 
-def age(created: str, now: datetime | None = None) -> str:
-    seconds = max(0, int(((now or datetime.now(UTC)) - datetime.fromisoformat(created)).total_seconds()))
-    if seconds < 3600:
-        return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
-
-
 def previews_table(deployments: list[dict[str, Any]], now: datetime | None = None) -> str:
     rows = [["ID", "STATUS", "PR", "BRANCH", "COMMIT", "AGE", "URL"]]
     for d in sorted(deployments, key=lambda d: (d["projectSlug"], d["prNumber"])):
         status = d["status"] + (f" ({d['error']})" if d.get("error") else "")
         rows.append([d["deploymentId"], status if len(status) <= 60 else status[:57] + "...", f"#{d['prNumber']}",
-                     d["branch"], (d["commitSha"] or "")[:7], age(d["createdAt"], now), d["url"]])
+                     d["branch"], (d["commitSha"] or "")[:7],
+                     age(datetime.fromisoformat(d["createdAt"]), now or datetime.now(UTC)), d["url"]])
     return format_table(rows)
 
 

@@ -145,7 +145,7 @@ def test_dashboard_lists_previews_escaped_and_self_contained(client: testing.Tes
         html = page.text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
         assert 'data-id="codertocat-hello-world-3"' in html and 'data-id="codertocat-hello-world-4"' in html
-        assert "status-failed" in html and "Docker build failed" in html and "2h 5m" in html
+        assert "status-failed" in html and "Docker build failed" in html and "2h05m" in html
         assert 'href="/api/previews/codertocat-hello-world-3/logs"' in html
         assert 'href="http://previews.test/codertocat-hello-world/pr-3/"' in html
         # No external assets: no src= or stylesheet link at all, and the CSP forbids them anyway.

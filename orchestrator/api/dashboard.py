@@ -13,24 +13,14 @@ import jinja2
 from falcon.asgi import Request, Response
 from importlib_resources import files
 
+from orchestrator.humanize import age
 from orchestrator.store import DeploymentStore
-
-
-def _age(created: datetime, now: datetime) -> str:
-    seconds = max(0, int((now - created).total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
 def _template() -> jinja2.Template:
     source = files("orchestrator").joinpath("templates/dashboard.html.j2").read_text(encoding="utf-8")
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    environment.filters["age"] = _age
+    environment.filters["age"] = age
     return environment.from_string(source)
 
 
