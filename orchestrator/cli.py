@@ -148,8 +148,14 @@ def _init(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace) -> int:
     from orchestrator import service_client
+    from orchestrator.naming import is_valid_deployment_id
 
     url = service_client.service_url(args.url)
+    if args.command != "list" and not is_valid_deployment_id(args.id):
+        # Checked here too, so that an id like `../plugins` never becomes another URL.
+        print(f"preview-orchestrator: invalid deployment id {args.id!r} (expected {{projectSlug}}-{{prNumber}}, "
+              "e.g. acme-api-42)", file=sys.stderr)
+        return 1
     try:
         if args.command == "list":
             return service_client.list_previews(url, args.json)

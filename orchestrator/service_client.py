@@ -48,11 +48,15 @@ def previews_table(deployments: list[dict[str, Any]], now: datetime | None = Non
     return format_table(rows)
 
 
-def list_previews(url: str, as_json: bool) -> int:
+def _request(method: str, url: str, path: str, timeout: float) -> httpx.Response:
     try:
-        response = httpx.get(f"{url}/api/previews", timeout=30)
+        return httpx.request(method, f"{url}{path}", timeout=timeout)
     except httpx.TransportError as exc:
         raise ServiceUnreachable(f"cannot reach the service at {url}: {exc}") from None
+
+
+def list_previews(url: str, as_json: bool) -> int:
+    response = _request("GET", url, "/api/previews", timeout=30)
     if response.status_code != 200:
         print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
         return 1
@@ -85,10 +89,7 @@ def show_logs(url: str, deployment_id: str, follow: bool) -> int:
 
 
 def cleanup(url: str, deployment_id: str) -> int:
-    try:
-        response = httpx.delete(f"{url}/api/previews/{deployment_id}", timeout=600)
-    except httpx.TransportError as exc:
-        raise ServiceUnreachable(f"cannot reach the service at {url}: {exc}") from None
+    response = _request("DELETE", url, f"/api/previews/{deployment_id}", timeout=600)  # waits for the cleanup
     if response.status_code != 200:
         print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
         return 1

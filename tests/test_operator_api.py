@@ -270,6 +270,8 @@ def test_cli_talks_to_the_running_service(tmp_path: Path) -> None:
         assert '"deploymentId": "codertocat-hello-world-12"' in as_json.stdout.replace('":"', '": "')
         logs = run_cli("logs", "codertocat-hello-world-12", url=service.url)
         assert logs.returncode == 0 and logs.stdout == ""  # the recording handler writes no log
+        hostile = run_cli("cleanup", "../plugins", url=service.url)
+        assert hostile.returncode == 1 and "invalid deployment id '../plugins'" in hostile.stderr
         missing = run_cli("cleanup", "codertocat-hello-world-99", url=service.url)
         assert missing.returncode == 1 and "Deployment not found" in missing.stderr
         removed = run_cli("cleanup", "codertocat-hello-world-12", url=service.url)
