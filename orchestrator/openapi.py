@@ -90,6 +90,17 @@ def build_openapi(server_url: str | None) -> dict[str, Any]:
     return doc
 
 
+def _body(media: str, schema_type: str = "string") -> dict[str, Any]:
+    return {media: {"schema": {"type": schema_type}}}
+
+
+def _document_get(operation_id: str, summary: str, description: str, media: str,
+                  schema_type: str = "string") -> dict[str, Any]:
+    """A GET that always answers 200 with one document (this description, a page, the metrics)."""
+    return {"get": {"operationId": operation_id, "summary": summary,
+                    "responses": {"200": {"description": description, "content": _body(media, schema_type)}}}}
+
+
 def _paths() -> dict[str, Any]:
     return {
         "/health": {
@@ -99,30 +110,10 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": {"description": "The service is up", "content": _json("Health")}},
             }
         },
-        "/openapi.json": {
-            "get": {
-                "operationId": "getOpenApi",
-                "summary": "This description",
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.0.3 document",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    }
-                },
-            }
-        },
-        "/api-docs": {
-            "get": {
-                "operationId": "getApiDocs",
-                "summary": "Interactive API page (Swagger UI, served offline)",
-                "responses": {
-                    "200": {
-                        "description": "HTML page",
-                        "content": {"text/html": {"schema": {"type": "string"}}},
-                    }
-                },
-            }
-        },
+        "/openapi.json": _document_get("getOpenApi", "This description", "OpenAPI 3.0.3 document",
+                                       "application/json", "object"),
+        "/api-docs": _document_get("getApiDocs", "Interactive API page (Swagger UI, served offline)", "HTML page",
+                                   "text/html"),
         "/webhook/codehost": {
             "post": {
                 "operationId": "receiveWebhook",
@@ -227,27 +218,14 @@ def _paths() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "200": {"description": "Log text, secrets masked",
-                            "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "200": {"description": "Log text, secrets masked", "content": _body("text/plain")},
                     "400": _error("Invalid deployment id or follow value"),
                     "404": _error("Deployment not found"),
                 },
             }
         },
-        "/metrics": {
-            "get": {
-                "operationId": "getMetrics",
-                "summary": "Prometheus metrics (text exposition format 0.0.4)",
-                "responses": {"200": {"description": "Metrics",
-                                      "content": {"text/plain": {"schema": {"type": "string"}}}}},
-            }
-        },
-        "/dashboard": {
-            "get": {
-                "operationId": "getDashboard",
-                "summary": "Every preview on one self-refreshing HTML page (also served at /)",
-                "responses": {"200": {"description": "HTML page",
-                                      "content": {"text/html": {"schema": {"type": "string"}}}}},
-            }
-        },
+        "/metrics": _document_get("getMetrics", "Prometheus metrics (text format, or OpenMetrics when asked for)",
+                                  "Metrics", "text/plain"),
+        "/dashboard": _document_get("getDashboard", "Every preview on one self-refreshing HTML page (also at /)",
+                                    "HTML page", "text/html"),
     }
