@@ -11,7 +11,7 @@ import pytest
 from orchestrator.rendering import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
 from tests.support.repos import config_for
-from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
+from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.live]
 
@@ -49,9 +49,7 @@ def test_preview_lifecycle(stack: Stack, framework: str, database: str) -> None:
     stack.wait_page(pr, f"{framework} says: commit B\n")
     stack.wait_comment(pr, "Preview ready", repo.sha_b[:7])
 
-    stack.send("closed", pr, repo, repo.sha_b)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_b)
     stack.wait_comment(pr, "Preview removed")
 
 
@@ -65,9 +63,7 @@ def test_extra_services_are_wired_end_to_end(stack: Stack) -> None:
     assert stack.page(pr, "memcached").text.startswith("memcached: VERSION")
     headers = stack.page(pr, "headers").text.lower()
     assert f"x-forwarded-prefix: /{SLUG}/pr-{pr}" in headers and "x-real-ip: 127.0.0.1" in headers
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 FAILURES = [
@@ -98,9 +94,7 @@ def test_failures_are_reported_and_cleaned(stack: Stack, pr: int, setup: dict, m
     running = subprocess.run(["docker", "ps", "-q", "--filter", f"label={DEPLOYMENT_LABEL}={SLUG}-{pr}"],
                              capture_output=True, text=True, timeout=60).stdout.split()
     assert running == []  # half-started containers were stopped
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def test_a_route_that_fails_nginx_t_is_rolled_back(stack: Stack) -> None:
@@ -123,9 +117,7 @@ def test_a_route_that_fails_nginx_t_is_rolled_back(stack: Stack) -> None:
         blocker.unlink()
     assert stack.page(healthy_pr).text == "python says: commit A\n"  # the other route still serves
     for number, source in ((pr, repo), (healthy_pr, healthy)):
-        stack.send("closed", number, source, source.sha_a)
-        stack.wait_gone(number)
-        assert_fully_removed(stack, number)
+        stack.close(number, source, source.sha_a)
 
 
 def test_a_failed_preview_is_retried_by_the_next_push(stack: Stack) -> None:
@@ -139,6 +131,4 @@ def test_a_failed_preview_is_retried_by_the_next_push(stack: Stack) -> None:
     assert record["error"] is None
     stack.wait_page(pr, "python says: commit B\n")
     stack.wait_comment(pr, "Preview ready", repo.sha_b[:7])
-    stack.send("closed", pr, repo, repo.sha_b)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_b)

@@ -62,9 +62,7 @@ def test_sigkill_in_the_middle_of_a_flow_ends_running_and_cleans_up(stack: Stack
     sha = repo.sha_a if moment == "deploy" else repo.sha_b
     stack.wait_for(pr, "running", sha)  # the acknowledged event ran again after the restart
     stack.wait_page(pr, f"python says: commit {'A' if moment == 'deploy' else 'B'}\n")
-    stack.send("closed", pr, repo, sha)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, sha)
 
 
 def test_code_host_failing_for_a_while_does_not_fail_the_deploy(stack: Stack) -> None:
@@ -77,9 +75,7 @@ def test_code_host_failing_for_a_while_does_not_fail_the_deploy(stack: Stack) ->
     stack.wait_for(pr, "running", repo.sha_a)
     stack.wait_comment(pr, "Preview ready")
     assert [c.status for c in stack.codehost.calls[before:before + 4]] == [500, 500, 429, 201]
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def test_an_unreachable_clone_url_fails_cleanly(stack: Stack) -> None:
@@ -90,9 +86,7 @@ def test_an_unreachable_clone_url_fails_cleanly(stack: Stack) -> None:
     assert response.status_code == 200
     assert stack.wait_for(pr, "failed")["error"] == "Git clone or checkout failed"
     stack.wait_comment(pr, "Git clone or checkout failed")
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -> None:
@@ -166,9 +160,7 @@ def test_nginx_not_running_fails_the_deploy_and_leaves_no_route(stack: Stack) ->
         assert httpx.get(f"{stack.service.url}/health").status_code == 200
     finally:
         stack.nginx.start()
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def test_read_only_deployments_dir_fails_cleanly(stack: Stack) -> None:
@@ -185,9 +177,7 @@ def test_read_only_deployments_dir_fails_cleanly(stack: Stack) -> None:
         stack.wait_comment(pr, "Preview failed")
     finally:
         subprocess.run(["umount", str(slug_dir)], check=True, timeout=30)
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def restart_docker(root: Path) -> None:
@@ -214,9 +204,7 @@ def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
         assert httpx.get(f"{stack.service.url}/health").status_code == 200
     finally:
         restart_docker(stack.root)
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 HOSTILE_COMPOSE = """
@@ -253,9 +241,7 @@ def test_hostile_repository_compose_and_dotenv_cannot_reach_secrets_or_redirect(
     ports = subprocess.run(["docker", "port", f"{SLUG}-pr-{pr}-app"], capture_output=True, text=True, timeout=60,
                            check=True).stdout
     assert ports.strip() == f"8000/tcp -> 127.0.0.1:{record['exposedAppPort']}"  # 0.0.0.0:80 was replaced
-    stack.send("closed", pr, repo, repo.sha_a)
-    stack.wait_gone(pr)
-    assert_fully_removed(stack, pr)
+    stack.close(pr, repo, repo.sha_a)
 
 
 def test_previews_cannot_reach_each_others_database(stack: Stack) -> None:

@@ -35,6 +35,12 @@ class Stack:
                               headers=webhook_headers(body), timeout=10)
         assert response.status_code == 200, response.text
 
+    def close(self, pr: int, repo: PullRequestRepo, sha: str) -> None:
+        """Close the pull request and check that nothing of its preview is left."""
+        self.send("closed", pr, repo, sha)
+        self.wait_gone(pr)
+        assert_fully_removed(self, pr)
+
     def records(self) -> dict[str, dict]:
         deployments = httpx.get(f"{self.service.url}/api/previews", timeout=10).json()["deployments"]
         return {d["deploymentId"]: d for d in deployments}
