@@ -77,7 +77,7 @@ def create_app(
     store = shared if isinstance(shared, DeploymentStore) and shared.path == settings.deployments_db \
         else DeploymentStore(settings.deployments_db)
     inbox = Inbox(settings.inbox_path)
-    dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds)
+    dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
     metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
 
     app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings)])
@@ -89,7 +89,7 @@ def create_app(
     app.add_route("/api-docs", ApiDocsResource())
     app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
-    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics))
+    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics, store))
     app.add_route("/metrics", MetricsResource(metrics))
     app.add_route("/api/plugins", PluginListResource(plugins))
     app.add_route("/api/previews", PreviewListResource(store))

@@ -99,22 +99,20 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    import os
-
     from orchestrator.checkout import load_checkout_config
+    from orchestrator.docker_compose import Compose
+    from orchestrator.host_env import HostEnv
     from orchestrator.preview_config import ConfigError
     from orchestrator.rendering import make_context, render_deployment
 
     settings, host = _plugin_host()
-    secret = os.environ.get("CODEHOST_WEBHOOK_SECRET", "")
-    if not secret:
-        print("preview-orchestrator: CODEHOST_WEBHOOK_SECRET is not set; database passwords differ from a "
-              "real deploy", file=sys.stderr)
+    key = _password_key() if args.show_secrets else None
     try:
-        context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port,
-                               (secret or "render").encode(), settings.image_overrides)
+        context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port, key,
+                               settings.image_overrides)
         config = load_checkout_config(host, args.dir)
-        rendered = render_deployment(host, args.dir, config, context)
+        compose = Compose(60, HostEnv.for_state_dir(args.dir))
+        rendered = render_deployment(host, args.dir.resolve(), config, context, compose.normalized)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"{args.dir}: {problem}", file=sys.stderr)
@@ -131,6 +129,17 @@ def _render(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(f"# {rendered.compose_file}\n" + rendered.compose_text())
     return 0
+
+
+def _password_key() -> bytes:
+    """The service's database password key, for `render --show-secrets` (run where the service runs)."""
+    settings = _settings_or_exit()
+    try:
+        return settings.db_password_key_path.read_bytes()
+    except OSError as exc:
+        print(f"preview-orchestrator: cannot read {settings.db_password_key_path} ({exc.strerror}); it is "
+              "created at the first deploy, and readable by root only", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -194,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--app-port", type=int, default=8000, help="host port for the app (default 8000)")
     render.add_argument("--db-port", type=int, default=9000, help="host port for the db (default 9000)")
     render.add_argument("--dockerfile", action="store_true", help="print the injected Dockerfile instead")
+    render.add_argument("--show-secrets", action="store_true",
+                        help="the real database password (reads the service's key; default: a placeholder)")
     render.set_defaults(run=_render)
 
     init = commands.add_parser("init", help="write a starting DIR/preview-config.yml (default: .)")

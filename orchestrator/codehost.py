@@ -56,6 +56,15 @@ class CodeHost:
         self._check(response)
         return int(response.json()["id"])
 
+    def find_marked_comment(self, owner: str, repo: str, pr: int, marker: str) -> int | None:
+        """The id of the newest comment on the pull request whose body contains `marker` (the service's own
+        comment), looking at the first 100 comments; None when there is none."""
+        response = self._request("comment", "GET", f"/repos/{owner}/{repo}/issues/{pr}/comments",
+                                 params={"per_page": 100})
+        self._check(response)
+        marked = [item["id"] for item in response.json() if marker in str(item.get("body", ""))]
+        return int(marked[-1]) if marked else None
+
     def create_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int:
         """A deployment of `sha` to `environment`; returns its id. No merge of the base branch and no required
         status checks: the preview deploys exactly the pushed commit."""

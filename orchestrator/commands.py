@@ -1,11 +1,13 @@
-"""Running git, docker and the operator's proxy commands: argument lists, timeouts, clean environments,
-output appended to the deployment's log file. Never a shell, except `build_commands` (the spec's one)."""
+"""Running git, docker and the operator's proxy commands: argument lists, timeouts, environments from
+host_env (none of the service's secrets), output appended to the deployment's log file. Never a shell, except
+`build_commands` (the spec's one)."""
 
 from __future__ import annotations
 
 import codecs
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -14,7 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.flow_control import FlowAborted, FlowControl
+
 TAIL_LINES = 20
+POLL_SECONDS = 0.2  # how soon a cancelled flow's command is killed
 
 
 class CommandFailed(Exception):
@@ -43,7 +48,9 @@ class DeploymentLog:
         # A full or read-only disk must not turn a deploy into a crash: the step itself will fail and say so.
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8", errors="replace") as handle:
+            # Only root reads it (it shows what the build printed); never written through a link.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as handle:
                 handle.write(text)
         except OSError as exc:
             logging.getLogger("orchestrator.commands").warning("deployment log %s not written: %s", self.path,
@@ -58,19 +65,6 @@ def deployment_log_path(deployments_dir: Path, slug: str, pr: int) -> Path:
     return deployments_dir / slug / f"pr-{pr}.log"
 
 
-def clean_env(extra: Mapping[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
-    """PATH, HOME and locale only — nothing of the service's own environment (its secrets) leaks."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home or Path("/nonexistent")),
-        "LANG": "C.UTF-8",
-    }
-    if "DOCKER_HOST" in os.environ:  # where the engine is; not a secret, and compose needs it
-        env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
-    env.update(extra or {})
-    return env
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -79,18 +73,28 @@ def run(
     timeout: float,
     log: DeploymentLog | None,
     shown: Sequence[str] | None = None,
+    control: FlowControl | None = None,
+    user: tuple[int, int] | None = None,
 ) -> str:
-    """Run `argv`; return its combined output or raise CommandFailed. `shown` replaces argv in the log."""
+    """Run `argv`; return its combined output or raise CommandFailed (FlowAborted when `control` stops the
+    flow). `shown` replaces argv in the log. `user` is a (uid, gid) to run as, without supplementary groups.
+
+    The command runs in a session of its own, and the whole session's process group is killed when it
+    times out, is aborted, or exits leaving children behind, so nothing it started outlives it."""
     started = time.monotonic()
     if log:
         log.note("$ " + " ".join(shown or argv))
     try:
-        returncode, output = _run_streaming(argv, cwd, env, timeout, log)
+        returncode, output = _run_streaming(argv, cwd, env, timeout, log, control, user)
     except subprocess.TimeoutExpired as exc:
         output = (exc.output or b"").decode("utf-8", "replace")
         if log:
             log.note(f"timed out after {timeout:.0f}s")
         raise CommandFailed(list(shown or argv), None, output, timed_out=True) from None
+    except FlowAborted as exc:
+        if log:
+            log.note(f"stopped: {exc.message}")
+        raise
     except OSError as exc:
         if log:
             log.note(f"could not start: {exc.strerror}")
@@ -105,10 +109,16 @@ def run(
 
 
 def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str], timeout: float,
-                   log: DeploymentLog | None) -> tuple[int, str]:
+                   log: DeploymentLog | None, control: FlowControl | None,
+                   user: tuple[int, int] | None) -> tuple[int, str]:
     """Run to the end, appending output to `log` as it arrives (so `logs?follow=true` shows a build live)."""
+    if control is not None:
+        control.check()
+        timeout = min(timeout, max(control.remaining(), 0.0))
+    identity: dict[str, object] = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
     process = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                               **identity)  # type: ignore[call-overload]
     assert process.stdout is not None
     stdout = process.stdout
     chunks: list[bytes] = []
@@ -122,18 +132,34 @@ def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str]
 
     reader = threading.Thread(target=pump, name="command-output", daemon=True)
     reader.start()
+    deadline = time.monotonic() + timeout
     try:
-        returncode = process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        process.kill()
-        process.wait()
-        reader.join(5)  # a grandchild may hold the pipe open; its output is not waited for
-        exc.output = b"".join(chunks)
-        raise
+        while True:
+            try:
+                returncode = process.wait(timeout=min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
+                break
+            except subprocess.TimeoutExpired as exc:
+                abort = control.aborted() if control is not None else None
+                if abort is not None:
+                    raise abort from None
+                if time.monotonic() >= deadline:
+                    exc.output = b"".join(chunks)
+                    raise
     finally:
+        # The whole session: a build command's `sleep &` or compose's children go with it.
+        kill_group(process.pid)
         if process.poll() is None:
-            process.kill()
             process.wait()
-    reader.join(5)
-    stdout.close()
+        reader.join(5)
+        if not reader.is_alive():
+            stdout.close()
+        # else a process that left the group (setsid) holds the pipe: its output is not waited for, and the
+        # reader thread (a daemon) ends with it; closing the pipe under a blocked read would hang here.
     return returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,11 +1,15 @@
-"""Drains the inbox: at most MAX_CONCURRENT_BUILDS flows at once, one at a time per deployment id."""
+"""Drains the inbox: at most MAX_CONCURRENT_BUILDS deploys and updates at once, one flow at a time per
+deployment id. Cleanups have a lane of their own, so slow builds never hold back a `closed` pull request,
+and a `closed` event or DELETE cancels a running deploy of the same preview."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
+from orchestrator.flow_control import FlowControl
 from orchestrator.handler import EventHandler, FlowError
 from orchestrator.inbox import Claimed, Inbox, Outcome
 
@@ -14,21 +18,32 @@ log = logging.getLogger("orchestrator.dispatcher")
 PRUNE_EVERY_SECONDS = 3600.0
 # How long shutdown waits for running flows; the rest are re-run after the next start.
 SHUTDOWN_GRACE_SECONDS = 10.0
+CLEANUP_LANE = 4  # cleanups that may run beside the builds
+CLEANUP = ("closed",)
+
+
+@dataclass
+class Running:
+    task: asyncio.Task[None]
+    action: str
+    control: FlowControl
 
 
 class Dispatcher:
-    def __init__(self, inbox: Inbox, handler: EventHandler, max_concurrent: int) -> None:
+    def __init__(self, inbox: Inbox, handler: EventHandler, max_concurrent: int,
+                 flow_timeout: float = 3600.0) -> None:
         self.inbox = inbox
         self.handler = handler
         self.max_concurrent = max_concurrent
-        self._running: dict[str, asyncio.Task[None]] = {}
+        self.flow_timeout = flow_timeout
+        self._running: dict[str, Running] = {}
         self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         # Flows get threads of their own: in the loop's default pool, minutes-long builds would leave no
         # thread for the webhook's inbox write, and acknowledgements would wait for builds.
-        self._flows = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="flow")
+        self._flows = ThreadPoolExecutor(max_workers=max_concurrent + CLEANUP_LANE, thread_name_prefix="flow")
 
     async def start(self) -> None:
         self._stopping = False
@@ -42,6 +57,14 @@ class Dispatcher:
     def notify(self) -> None:
         """An event was accepted: look for work."""
         self._wake.set()
+
+    def cancel(self, deployment_id: str, reason: str) -> bool:
+        """Stop a running deploy or update of `deployment_id` (its cleanup was just accepted); True if one ran."""
+        running = self._running.get(deployment_id)
+        if running is None or running.action in CLEANUP:
+            return False
+        running.control.cancel(reason)
+        return True
 
     async def wait_for(self, seq: int) -> Outcome:
         """Wait until event `seq` has finished (sync mode)."""
@@ -58,7 +81,8 @@ class Dispatcher:
             await self._loop_task
         if self._running:
             log.info("waiting up to %.0fs for %d running flow(s)", SHUTDOWN_GRACE_SECONDS, len(self._running))
-            _, pending = await asyncio.wait(self._running.values(), timeout=SHUTDOWN_GRACE_SECONDS)
+            _, pending = await asyncio.wait([r.task for r in self._running.values()],
+                                            timeout=SHUTDOWN_GRACE_SECONDS)
             if pending:
                 log.warning("%d flow(s) still running at shutdown; they re-run after restart", len(pending))
         for futures in self._waiters.values():
@@ -82,20 +106,30 @@ class Dispatcher:
                 pass
 
     async def _start_runnable(self) -> None:
-        while len(self._running) < self.max_concurrent and not self._stopping:
-            claimed = await asyncio.to_thread(self.inbox.claim_next, list(self._running))
+        while not self._stopping:
+            cleanups = sum(1 for r in self._running.values() if r.action in CLEANUP)
+            builds = len(self._running) - cleanups
+            if builds < self.max_concurrent:
+                actions = None  # anything
+            elif cleanups < CLEANUP_LANE:
+                actions = CLEANUP
+            else:
+                return
+            claimed = await asyncio.to_thread(self.inbox.claim_next, list(self._running), actions)
             if claimed is None:
                 return
             deployment = claimed.event.deployment_id
-            self._running[deployment] = asyncio.create_task(self._process(claimed), name=deployment)
+            control = FlowControl(self.flow_timeout)
+            task = asyncio.create_task(self._process(claimed, control), name=deployment)
+            self._running[deployment] = Running(task, claimed.event.action, control)
 
-    async def _process(self, claimed: Claimed) -> None:
+    async def _process(self, claimed: Claimed, control: FlowControl) -> None:
         event = claimed.event
         extra = {"deploymentId": event.deployment_id}
         log.info("processing %s (delivery %s)", event.action, event.delivery_id, extra=extra)
         error: str | None = None
         try:
-            await asyncio.get_running_loop().run_in_executor(self._flows, self.handler.handle, event)
+            await asyncio.get_running_loop().run_in_executor(self._flows, self.handler.handle, event, control)
         except FlowError as exc:
             error = str(exc) or "Deployment failed"
             log.error("%s failed: %s", event.action, error, extra=extra)

@@ -2,6 +2,12 @@
 
 The code host token reaches git only through GIT_CONFIG_* environment variables of that one git process
 (an `http.extraHeader`), never the URL, a file, argv or the log — and only for clone URLs on the code host.
+
+The repository's git directory lives beside the checkout, not in it (`--separate-git-dir`), and every git
+command names it explicitly: a preview's containers can see the checkout, and whatever they write there (a
+`.git` file pointing elsewhere, hooks, `core.fsmonitor`) is never read by git. Git runs with hooks and
+fsmonitor switched off and with no user or system configuration, so nothing in a checkout makes it run a
+program.
 """
 
 from __future__ import annotations
@@ -10,7 +16,13 @@ import base64
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.commands import CommandFailed, DeploymentLog, clean_env, run
+from orchestrator.commands import CommandFailed, DeploymentLog, run
+from orchestrator.flow_control import FlowControl
+from orchestrator.host_env import HostEnv
+
+# Overrides on every git command: no hook, no fsmonitor daemon, no helper program runs.
+HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "credential.helper=",
+            "-c", "core.sshCommand=ssh", "-c", "protocol.ext.allow=never", "-c", "core.untrackedCache=false")
 
 
 class CloneRefused(Exception):
@@ -42,51 +54,53 @@ def token_applies(clone_url: str, api_url: str) -> bool:
 
 class Git:
     def __init__(self, token: str, api_url: str, allowed_protocols: tuple[str, ...], timeout: float,
-                 home: Path) -> None:
+                 env: HostEnv) -> None:
         self._token = token
         self._api_url = api_url
         self._protocols = allowed_protocols
         self._timeout = timeout
-        self._home = home
+        self._env = env
 
-    def _env(self, clone_url: str) -> dict[str, str]:
-        extra = {
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_ALLOW_PROTOCOL": ":".join(self._protocols),
-        }
+    def _environment(self, clone_url: str) -> dict[str, str]:
+        extra = {"GIT_ALLOW_PROTOCOL": ":".join(self._protocols)}
         if self._token and token_applies(clone_url, self._api_url):
             basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
                           "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
-        return clean_env(extra, home=self._home)
+        return self._env.git(extra)
 
-    def _git(self, args: list[str], cwd: Path | None, clone_url: str, log: DeploymentLog) -> str:
-        return run(["git", *args], cwd=cwd, env=self._env(clone_url), timeout=self._timeout, log=log)
+    def _git(self, args: list[str], work_dir: Path, git_dir: Path | None, clone_url: str, log: DeploymentLog,
+             control: FlowControl | None) -> str:
+        where = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={work_dir}"]
+        return run(["git", *HARDENED, *where, *args], cwd=work_dir if git_dir else None,
+                   env=self._environment(clone_url), timeout=self._timeout, log=log, control=control)
 
-    def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, log: DeploymentLog) -> None:
+    @staticmethod
+    def has_checkout(work_dir: Path, git_dir: Path) -> bool:
+        return work_dir.is_dir() and (git_dir / "HEAD").is_file()
+
+    def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
+              control: FlowControl | None = None) -> None:
         problem = clone_url_problem(clone_url, self._protocols)
         if problem:
             raise CloneRefused(problem)
         work_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._git(["clone", "--no-checkout", "--", clone_url, str(work_dir)], None, clone_url, log)
-        self.checkout(clone_url, branch, sha, work_dir, log)
+        self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", clone_url, str(work_dir)],
+                  work_dir.parent, None, clone_url, log, control)
+        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control)
 
-    def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, log: DeploymentLog) -> None:
+    def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
+                 control: FlowControl | None = None) -> None:
         """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""
-        self._git(["fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}"],
-                  work_dir, clone_url, log)
-        has_commit = self._has(work_dir, sha, clone_url, log)
-        if not has_commit:
-            self._git(["fetch", "origin", "--", sha], work_dir, clone_url, log)
-        self._git(["checkout", "--force", "-B", branch, sha], work_dir, clone_url, log)
-        self._git(["reset", "--hard", sha], work_dir, clone_url, log)
-        # Leftovers of the previous render (injected Dockerfile, generated compose files) go too.
-        self._git(["clean", "-fdx", "--quiet"], work_dir, clone_url, log)
+        def git(*args: str) -> str:
+            return self._git(list(args), work_dir, git_dir, clone_url, log, control)
 
-    def _has(self, work_dir: Path, sha: str, clone_url: str, log: DeploymentLog) -> bool:
+        git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
         try:
-            self._git(["cat-file", "-e", f"{sha}^{{commit}}"], work_dir, clone_url, log)
-            return True
+            git("cat-file", "-e", f"{sha}^{{commit}}")
         except CommandFailed:
-            return False
+            git("fetch", "origin", "--", sha)
+        git("checkout", "--force", "-B", branch, sha)
+        git("reset", "--hard", sha)
+        # Leftovers of the previous render (injected Dockerfile, generated compose files) go too.
+        git("clean", "-fdx", "--quiet")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
+from orchestrator.flow_control import FlowControl
 from orchestrator.metrics import Metrics
 from orchestrator.models import PullRequestEvent
 from orchestrator.plugin_host import PluginHost
@@ -19,11 +20,12 @@ class EventHandler(Protocol):
     """Processes events. It may also define `startup(open_deployments: set[str])`, called once before the
     first event (the deploy engine reconciles there), and `expired(now)` for the TTL scheduler."""
 
-    def handle(self, event: PullRequestEvent) -> None:
+    def handle(self, event: PullRequestEvent, control: FlowControl) -> None:
         """Run the flow for `event` to the end; raise FlowError with a user-facing message on failure.
 
         Called in a worker thread, one event at a time per deployment id. It may be called again for the
-        same event after a crash, so it must be safe to repeat.
+        same event after a crash, so it must be safe to repeat. `control` carries the flow's deadline and its
+        cancellation (a `closed` event or DELETE for the same deployment): stop soon after it says so.
         """
 
 

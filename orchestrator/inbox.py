@@ -45,6 +45,15 @@ class InboxError(Exception):
     """The inbox file cannot be opened or written."""
 
 
+class DeploymentTaken(Exception):
+    """An open event of another repository holds this deployment id (their names give the same slug)."""
+
+    def __init__(self, owner: str, name: str) -> None:
+        super().__init__(f"{owner}/{name}")
+        self.owner = owner
+        self.name = name
+
+
 @dataclass(frozen=True)
 class Accepted:
     seq: int
@@ -88,6 +97,7 @@ class Inbox:
             ).fetchone()
             if row:
                 return Accepted(seq=row[0], duplicate=True)
+            self._check_owner(event)
             if event.action == "synchronize":
                 self._finish_pending(event.deployment_id, ("synchronize",), "superseded")
             elif event.action == "closed":
@@ -105,16 +115,19 @@ class Inbox:
             )
             return Accepted(seq=int(cursor.lastrowid or 0), duplicate=False)
 
-    def claim_next(self, busy_deployments: Iterable[str]) -> Claimed | None:
-        """Mark the oldest pending event of a deployment that is not busy as running and return it."""
+    def claim_next(self, busy_deployments: Iterable[str],
+                   actions: Iterable[str] | None = None) -> Claimed | None:
+        """Mark the oldest pending event of a deployment that is not busy (and, if given, of one of `actions`)
+        as running and return it."""
         busy = list(busy_deployments)
-        marks = ",".join("?" * len(busy))
-        exclude = f"AND deployment_id NOT IN ({marks})" if busy else ""
+        wanted = list(actions or ())
+        exclude = f"AND deployment_id NOT IN ({','.join('?' * len(busy))})" if busy else ""
+        only = f"AND action IN ({','.join('?' * len(wanted))})" if wanted else ""
         with self._lock, self._transaction(durable=False):
             row = self._db.execute(
-                f"SELECT seq, event_json FROM events WHERE status = 'pending' {exclude} "  # noqa: S608
+                f"SELECT seq, event_json FROM events WHERE status = 'pending' {exclude} {only} "  # noqa: S608
                 "ORDER BY seq LIMIT 1",
-                busy,
+                [*busy, *wanted],
             ).fetchone()
             if row is None:
                 return None
@@ -168,6 +181,19 @@ class Inbox:
                 "SELECT count(*) FROM events WHERE status IN ('pending', 'running')"
             ).fetchone()
         return int(row[0])
+
+    def _check_owner(self, event: PullRequestEvent) -> None:
+        """Refuse an event whose deployment id has open work of another repository (checked in the same
+        transaction as the insert, so no event of the other repository can be superseded or cancelled)."""
+        rows = self._db.execute(
+            "SELECT event_json FROM events WHERE deployment_id = ? AND status IN ('pending', 'running')",
+            (event.deployment_id,),
+        ).fetchall()
+        mine = f"{event.repo_owner}/{event.repo_name}".lower()
+        for (event_json,) in rows:
+            other = PullRequestEvent.model_validate_json(event_json)
+            if f"{other.repo_owner}/{other.repo_name}".lower() != mine:
+                raise DeploymentTaken(other.repo_owner, other.repo_name)
 
     def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:
         query = "UPDATE events SET status = ?, finished_at = ? WHERE status = 'pending' AND deployment_id = ?"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -103,6 +103,16 @@ class PullRequestEvent(BaseModel):
         return (self.head_repo_full_name or "").lower() != base
 
 
+def event_for_record(record: DeploymentRecord, action: PullRequestAction, delivery_id: str) -> PullRequestEvent:
+    """An event the service makes itself about a tracked preview (TTL expiry, DELETE, a restart)."""
+    return PullRequestEvent(
+        delivery_id=delivery_id, action=action, deployment_id=record.deploymentId,
+        project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
+        pr_number=record.prNumber, branch=record.branch, commit_sha=record.commitSha,
+        received_at=datetime.now(UTC),
+    )
+
+
 class DeploymentRecord(BaseModel):
     """One tracked preview, as stored and as returned by `GET /api/previews`."""
 
@@ -139,6 +149,17 @@ class DeploymentRecord(BaseModel):
     codehostDeploymentId: int | None = Field(
         default=None, description="The code host's deployment for the current commit; null when not reported"
     )
+
+
+    def belongs_to(self, owner: str, name: str) -> bool:
+        """Whether this preview is of the repository `owner/name` (names compare case-insensitively)."""
+        return f"{self.repoOwner}/{self.repoName}".lower() == f"{owner}/{name}".lower()
+
+
+def foreign_repository_message(deployment_id: str, owner: str, name: str) -> str:
+    """Why an event of another repository whose name gives the same deployment id is refused."""
+    return (f"Deployment {deployment_id} belongs to the repository {owner}/{name}; another repository whose name "
+            "gives the same deployment id cannot use it")
 
 
 class PortAllocation(BaseModel):

@@ -153,6 +153,7 @@ def _paths() -> dict[str, Any]:
                     "400": _error("Signed body that is not JSON or breaks the payload schema"),
                     "401": _error("Invalid signature"),
                     "403": _error("Repository not in allowed list"),
+                    "409": _error("The deployment id belongs to another repository whose name gives the same slug"),
                     "413": _error("Body larger than 25 MB"),
                     "415": _error("Content-Type is not application/json"),
                     "500": _error("Processing failed (sync mode), or the inbox cannot be written"),

@@ -27,6 +27,10 @@ class _Spec(BaseModel):
 class FrameworkSpec(_Spec):
     default_port: int = Field(ge=1, le=65535, description="Port the app listens on inside the container")
     default_entrypoint: str = Field(description="A starting app_entrypoint for `preview-orchestrator init`")
+    toolchain_image: str = Field(
+        default="debian:bookworm-slim",
+        description="Image whose tools build_commands run with (BUILD_COMMANDS_MODE=container); IMAGE_OVERRIDES apply",
+    )
 
 
 class DatabaseSpec(_Spec):

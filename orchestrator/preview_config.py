@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from orchestrator.checkout_paths import inside
 from orchestrator.safe_yaml import YamlRejected, load_untrusted_yaml
 
 CONFIG_FILE = "preview-config.yml"
@@ -195,7 +196,7 @@ def read_config_file(repo_dir: Path) -> Any:
 
 def ensure_inside(repo_dir: Path, path: Path, label: str) -> None:
     """Refuse a path that resolves (through symlinks) outside the repository."""
-    if not path.resolve().is_relative_to(repo_dir.resolve()):
+    if not inside(repo_dir, path):
         raise ConfigError([f"{label} is not valid (points outside the repository)"])
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from orchestrator.commands import CommandFailed, DeploymentLog, clean_env, run
+from orchestrator.commands import CommandFailed, DeploymentLog, run
+from orchestrator.host_env import HostEnv
 
 LOCATION_TEMPLATE = """# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.
 location /{slug}/pr-{pr}/ {{
@@ -29,8 +30,9 @@ class ProxyError(Exception):
 
 
 class Proxy:
-    def __init__(self, config_dir: Path, test_command: str, reload_command: str) -> None:
+    def __init__(self, config_dir: Path, test_command: str, reload_command: str, env: HostEnv) -> None:
         self.config_dir = config_dir
+        self._env = env
         self._test = shlex.split(test_command)
         self._reload = shlex.split(reload_command)
 
@@ -82,6 +84,6 @@ class Proxy:
 
     def _run(self, argv: list[str], log: DeploymentLog | None) -> None:
         try:
-            run(argv, cwd=None, env=clean_env(), timeout=60, log=log)
+            run(argv, cwd=None, env=self._env.tools(), timeout=60, log=log)
         except CommandFailed as exc:
             raise ProxyError(f"{' '.join(argv)}: {exc.tail(5) or exc}") from exc

@@ -2,21 +2,26 @@
 
 Compose files are built as data and dumped with a YAML dumper, so no value can inject YAML. Every string
 we put into a compose file is escaped for compose's own `$` interpolation, so `$HOME` in an `env` entry stays
-literal; a repository-owned compose file keeps its own interpolation (compose runs with a clean environment).
+literal. A repository-owned compose file is judged and run in the form compose itself produces from it
+(`docker compose config`: interpolated in a clean environment, normalised), so what the policy accepts is
+exactly what runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from orchestrator.compose_policy import policy_problems
+from orchestrator.checkout_paths import write_new
+from orchestrator.compose_policy import normalized_problems, raw_problems
 from orchestrator.naming import deployment_id as make_deployment_id
 from orchestrator.naming import project_slug
 from orchestrator.plugin_host import PluginHost
@@ -30,6 +35,9 @@ REPO_COMPOSE_NAMES = ("compose.preview.yml", "compose.preview.yaml")
 REPO_COMPOSE_OUTPUT = "compose.preview.generated.yml"
 INJECTED_DOCKERFILE = "Dockerfile.preview-orchestrator"
 MAX_COMPOSE_BYTES = 256 * 1024
+PASSWORD_PLACEHOLDER = "<db-password>"  # noqa: S105 - shown instead of the password
+# `docker compose config` for a compose file in its repository: the normalised document, or ConfigError.
+Normalizer = Callable[[Path, str], dict[str, Any]]
 RESOURCES = {
     "limits": {"cpus": "0.5", "memory": "512M"},
     "reservations": {"cpus": "0.25", "memory": "256M"},
@@ -51,13 +59,15 @@ class RenderedDeployment:
 
 
 def make_context(
-    owner: str, repo: str, pr_number: int, app_host_port: int, db_host_port: int, password_key: bytes,
+    owner: str, repo: str, pr_number: int, app_host_port: int, db_host_port: int, password_key: bytes | None,
     image_overrides: dict[str, str] | None = None,
 ) -> RenderContext:
+    """`password_key` None: the password is shown as a placeholder (`preview-orchestrator render`)."""
     slug = project_slug(owner, repo)
     deployment = make_deployment_id(slug, pr_number)
     # Stable across updates (the database volume keeps it), unique per deployment, not guessable by a PR.
-    password = hmac.new(password_key, f"{deployment}:db".encode(), hashlib.sha256).hexdigest()[:24]
+    password = (PASSWORD_PLACEHOLDER if password_key is None
+                else hmac.new(password_key, f"{deployment}:db".encode(), hashlib.sha256).hexdigest()[:24])
     return RenderContext(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
         app_host_port=app_host_port, db_host_port=db_host_port, db_password=password,
@@ -66,24 +76,29 @@ def make_context(
 
 
 def render_deployment(
-    host: PluginHost, repo_dir: Path, config: PreviewConfig, context: RenderContext
+    host: PluginHost, repo_dir: Path, config: PreviewConfig, context: RenderContext,
+    normalize: Normalizer | None = None,
 ) -> RenderedDeployment:
-    """Plan the files of a deploy; reads the checkout, writes nothing. Raises ConfigError."""
-    present = [name for name in REPO_COMPOSE_NAMES if (repo_dir / name).is_file()]
+    """Plan the files of a deploy; reads the checkout, writes nothing. Raises ConfigError.
+
+    `normalize` runs `docker compose config` on a repository-owned compose file; without it such a file
+    cannot be judged and is refused."""
+    present = [name for name in REPO_COMPOSE_NAMES if os.path.lexists(repo_dir / name)]
     if len(present) == 2:
         raise ConfigError([f"{REPO_COMPOSE_NAMES[0]} and {REPO_COMPOSE_NAMES[1]} both exist; keep one"])
     if present:
-        return _repository_owned(host, repo_dir, present[0], config, context)
+        return _repository_owned(host, repo_dir, present[0], config, context, normalize)
     return _generated(host, repo_dir, config, context)
 
 
 def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
-    """Write the planned files into the work directory; returns the compose file to run."""
+    """Write the planned files into the work directory; returns the compose file to run. Nothing is written
+    through a link the repository placed at one of these names (see checkout_paths.write_new)."""
     if rendered.rename:
         source, target = rendered.rename
-        (repo_dir / source).replace(repo_dir / target)
+        os.replace(repo_dir / source, repo_dir / target)
     for name, text in rendered.files.items():
-        (repo_dir / name).write_text(text, encoding="utf-8")
+        write_new(repo_dir, name, text)
     return repo_dir / rendered.compose_file
 
 
@@ -241,22 +256,31 @@ def _escape(value: Any) -> Any:
 
 
 def _repository_owned(
-    host: PluginHost, repo_dir: Path, name: str, config: PreviewConfig, context: RenderContext
+    host: PluginHost, repo_dir: Path, name: str, config: PreviewConfig, context: RenderContext,
+    normalize: Normalizer | None,
 ) -> RenderedDeployment:
     path = repo_dir / name
     ensure_inside(repo_dir, path, name)
     try:
-        compose = load_untrusted_yaml(path.read_bytes(), name, max_bytes=MAX_COMPOSE_BYTES)
+        raw = load_untrusted_yaml(path.read_bytes(), name, max_bytes=MAX_COMPOSE_BYTES)
     except YamlRejected as exc:
         raise ConfigError([str(exc)]) from None
-    if not isinstance(compose, dict):
+    if not isinstance(raw, dict):
         raise ConfigError([f"{name} must be a mapping"])
-    problems = policy_problems(compose, repo_dir, name)
-    services = compose.get("services") if isinstance(compose.get("services"), dict) else {}
+    problems = raw_problems(raw, repo_dir, name)
+    services = raw.get("services") if isinstance(raw.get("services"), dict) else {}
     if "app" not in services:
         problems.append(f"{name}: a service named app is required")
     if problems:
         raise ConfigError(problems)
+    if normalize is None:
+        raise ConfigError([f"{name} can only be judged with docker compose (compose v2) installed"])
+    # From here on, only compose's own reading of the file counts: interpolated, defaults applied.
+    compose = normalize(path, context.deployment_id)
+    problems = normalized_problems(compose, repo_dir, context.deployment_id, name)
+    if problems:
+        raise ConfigError(problems)
+    services = compose["services"]
 
     app = services["app"]
     app["container_name"] = context.container_name("app")

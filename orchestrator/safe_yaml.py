@@ -25,16 +25,18 @@ def load_untrusted_yaml(raw: bytes, name: str, max_bytes: int = MAX_YAML_BYTES) 
     try:
         text = raw.decode("utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise YamlRejected(f"{name} expands to too many values (YAML aliases)")
     except UnicodeDecodeError:
         raise YamlRejected(f"{name} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise YamlRejected(f"{name} is not valid YAML{where}") from None
+    except RecursionError:
+        raise YamlRejected(f"{name} is nested too deeply") from None
     if node is None:
         return None
-    if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
-        raise YamlRejected(f"{name} expands to too many values (YAML aliases)")
     try:
         return yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 - SafeLoader
     except yaml.YAMLError:

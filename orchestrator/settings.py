@@ -93,6 +93,11 @@ class Settings(PluginSettings):
     allowed_clone_protocols: Annotated[tuple[str, ...], NoDecode] = ("https",)
     git_timeout_seconds: float = Field(default=300.0, gt=0)
     build_command_timeout_seconds: float = Field(default=600.0, gt=0)
+    # Where build_commands run: a throw-away container (default), the host as an unprivileged user, or nowhere.
+    build_commands_mode: Literal["container", "host", "off"] = "container"
+    build_commands_user: str = Field(default="po-build", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    # The most one deploy, update or cleanup may take, all steps together; then it fails (and stops its commands).
+    flow_timeout_seconds: float = Field(default=3600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
@@ -128,7 +133,7 @@ class Settings(PluginSettings):
                 raise ValueError(f"entry {repo!r} is not of the form owner/repo")
         return repos
 
-    @field_validator("log_level", "node_env", "webhook_processing", mode="before")
+    @field_validator("log_level", "node_env", "webhook_processing", "build_commands_mode", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
@@ -150,6 +155,15 @@ class Settings(PluginSettings):
         return value.rstrip("/")
 
     # Derived values -----------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        """The directory of the tracking store: the inbox and the service's own keys live there too."""
+        return self.deployments_db.parent
+
+    @property
+    def db_password_key_path(self) -> Path:
+        return self.state_dir / "db-password.key"
 
     @property
     def inbox_path(self) -> Path:

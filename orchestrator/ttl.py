@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.inbox import Inbox
-from orchestrator.models import DeploymentRecord, PullRequestEvent
+from orchestrator.models import DeploymentRecord, event_for_record
 
 log = logging.getLogger("orchestrator.ttl")
 
@@ -42,12 +42,8 @@ class TtlScheduler:
         """Queue a cleanup for every expired preview; returns how many were newly queued."""
         queued = 0
         for record in await asyncio.to_thread(self._expired, now or datetime.now(UTC)):
-            event = PullRequestEvent(
-                delivery_id=f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}",
-                action="closed", deployment_id=record.deploymentId, project_slug=record.projectSlug,
-                repo_owner=record.repoOwner, repo_name=record.repoName, pr_number=record.prNumber,
-                branch=record.branch, commit_sha=record.commitSha, received_at=datetime.now(UTC),
-            )
+            event = event_for_record(record, "closed",
+                                     f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}")
             accepted = await asyncio.to_thread(self._inbox.accept, event)
             if not accepted.duplicate:
                 queued += 1

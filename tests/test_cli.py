@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.rendering import make_context
 from tests.support.repos import config_for, make_repo, snapshot_tree
 
 
@@ -59,6 +60,22 @@ def test_render_prints_compose_and_writes_nothing(tmp_path: Path) -> None:
     assert snapshot_tree(repo) == before
     dockerfile = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--dockerfile")
     assert dockerfile.stdout.startswith("# Injected by Preview Orchestrator (framework: go)")
+
+
+def test_render_shows_a_placeholder_for_the_password_unless_asked(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("go", "postgres"))
+    state = tmp_path / "state"
+    env = {"CODEHOST_WEBHOOK_SECRET": "s", "DEPLOYMENTS_DB": str(state / "deployments.json")}
+    shown = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", **env)
+    db = yaml.safe_load(shown.stdout)["services"]["db"]
+    assert db["environment"]["POSTGRES_PASSWORD"] == "<db-password>"
+    refused = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--show-secrets", **env)
+    assert refused.returncode == 1 and "created at the first deploy" in refused.stderr
+    state.mkdir()
+    (state / "db-password.key").write_bytes(b"k" * 64)
+    real = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--show-secrets", **env)
+    expected = make_context("Acme", "api", 4, 8000, 9000, b"k" * 64).db_password
+    assert yaml.safe_load(real.stdout)["services"]["db"]["environment"]["POSTGRES_PASSWORD"] == expected
 
 
 def test_render_of_an_invalid_checkout_exits_non_zero(tmp_path: Path) -> None:

@@ -33,6 +33,16 @@ def test_creates_then_edits_one_comment_with_the_token(fake: FakeCodeHost) -> No
         ("POST", "/repos/acme/api/issues/7/comments"), ("PATCH", f"/repos/acme/api/issues/comments/{comment_id}")]
 
 
+def test_the_services_comment_is_found_by_its_marker(fake: FakeCodeHost) -> None:
+    host = client(fake, [])
+    assert host.find_marked_comment("acme", "api", 7, "<!-- marker -->") is None
+    host.upsert_comment("acme", "api", 7, None, "someone else's words")
+    mine = host.upsert_comment("acme", "api", 7, None, "<!-- marker -->\nNo preview")
+    host.upsert_comment("acme", "api", 8, None, "<!-- marker -->\nanother pull request")
+    assert host.find_marked_comment("acme", "api", 7, "<!-- marker -->") == mine
+    assert fake.calls[-1].path == "/repos/acme/api/issues/7/comments?per_page=100"
+
+
 def test_a_deleted_comment_is_replaced(fake: FakeCodeHost) -> None:
     assert client(fake, []).upsert_comment("acme", "api", 7, 424242, "ready") != 424242
     assert len(fake.comments_on("acme", "api", 7)) == 1

@@ -80,12 +80,29 @@ def test_a_deploy_beyond_the_limit_fails_before_touching_anything(make_settings,
     assert not (engine.settings.deployments_dir / "acme-api" / "pr-2").exists()
     [comment] = codehost.comments_on("acme", "api", 2)
     assert "Preview limit reached" in comment["body"]
+    with pytest.raises(FlowError, match="Preview limit reached"):
+        engine.handle(event("synchronize", 2))  # the next push: the same comment, edited
+    [comment] = codehost.comments_on("acme", "api", 2)
+    assert comment["edits"] == 1
+
+
+def test_a_pull_request_number_beyond_the_port_rule_is_refused_with_one_comment(make_settings, codehost) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost)
+    for action in ("opened", "synchronize", "synchronize"):
+        with pytest.raises(FlowError, match="Port allocation out of range"):
+            engine.handle(event(action, 56_001))
+    [comment] = codehost.comments_on("acme", "api", 56_001)
+    assert "Port allocation out of range" in comment["body"] and comment["edits"] == 2
+    assert engine.store.read() == StoreFile()
 
 
 def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, codehost) -> None:  # noqa: ANN001
     require_engine()
     engine = make_engine(make_settings, codehost)
-    seed(engine, record(1, "building"), record(2, "building"), record(3, "running"))
+    comment = engine.codehost.upsert_comment("acme", "api", 1, None, "building")
+    reported = engine.codehost.create_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-1", "preview")
+    interrupted = record(1, "building").model_copy(update={"commentId": comment, "codehostDeploymentId": reported})
+    seed(engine, interrupted, record(2, "building"), record(3, "running"))
     label = f"{DEPLOYMENT_LABEL}=ghost-repo-9"
     container = docker("run", "-d", "--label", label, "po-standin/base:test", "sleep", "300")
     docker("volume", "create", "--label", label, "ghost-repo-9_data")
@@ -103,6 +120,11 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
 
     deployments = engine.store.read().deployments
     assert deployments["acme-api-1"].status == "failed" and deployments["acme-api-1"].error == INTERRUPTED
+    # the pull request hears of it too: its comment and its code-host deployment say failed
+    [comment] = codehost.comments_on("acme", "api", 1)
+    assert "Preview failed" in comment["body"] and INTERRUPTED in comment["body"] and comment["edits"] == 1
+    [reported] = codehost.deployments_of("acme", "api", "preview/acme-api/pr-1")
+    assert [s["state"] for s in reported["statuses"]] == ["failure"]
     assert deployments["acme-api-2"].status == "building"  # its event runs again
     assert deployments["acme-api-3"].status == "running"
     assert docker("ps", "-aq", "--filter", f"id={container}") == ""
@@ -137,7 +159,7 @@ def test_cleanup_finishes_when_everything_is_already_gone(make_settings, codehos
     assert engine.store.read() == StoreFile()
 
 
-def test_cleanup_reports_what_it_left_but_removes_the_rest(make_settings, codehost) -> None:  # noqa: ANN001
+def test_cleanup_reports_what_it_left_removes_the_rest_and_keeps_the_record(make_settings, codehost) -> None:  # noqa: ANN001
     require_engine()
     engine = make_engine(make_settings, codehost, proxy_reload_command="false")
     seed(engine, record(5))
@@ -149,7 +171,16 @@ def test_cleanup_reports_what_it_left_but_removes_the_rest(make_settings, codeho
     with pytest.raises(FlowError, match="Cleanup incomplete: proxy"):
         engine.handle(event("closed", 5))
     assert not route.exists() and not work.exists()
-    assert engine.store.read() == StoreFile()
+    # Nothing is forgotten while something is left: the record (with what is left) and its ports stay.
+    kept = engine.store.read()
+    assert kept.deployments["acme-api-5"].status == "failed"
+    assert kept.deployments["acme-api-5"].error.startswith("Cleanup incomplete: proxy")
+    assert "acme-api-5" in kept.portAllocations
+    reloads = engine.settings.deployments_dir.parent / "reloads"
+    retry = make_engine(make_settings, codehost, proxy_reload_command=f"sh -c 'echo reload >> {reloads}'")
+    retry.handle(event("closed", 5))
+    assert retry.store.read() == StoreFile()
+    assert reloads.read_text() == "reload\n"  # nginx may still serve the route the failed reload kept
 
 
 @pytest.mark.parametrize("head_repo", ["stranger/api", None])
@@ -168,3 +199,22 @@ def test_forks_are_deployed_when_allowed(make_settings, codehost) -> None:  # no
     with pytest.raises(FlowError, match="Git clone or checkout failed"):
         engine.handle(event("opened", 7, head_repo="stranger/api"))
     assert engine.store.read().deployments["acme-api-7"].status == "failed"
+
+
+def test_database_passwords_do_not_follow_the_webhook_secret(make_settings, codehost, tmp_path: Path) -> None:  # noqa: ANN001
+    first = make_engine(make_settings, codehost, codehost_webhook_secret="secret-one")
+    key = first.password_key()
+    path = first.settings.db_password_key_path
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert key not in (b"secret-one",) and len(key) >= 32
+    rotated = make_engine(make_settings, codehost, codehost_webhook_secret="secret-two")
+    assert rotated.password_key() == key  # rotating the secret keeps every preview's database password
+
+
+def test_a_host_with_previews_from_before_keeps_their_passwords(make_settings, codehost) -> None:  # noqa: ANN001
+    engine = make_engine(make_settings, codehost, codehost_webhook_secret="the-old-secret")
+    seed(engine, record(1))
+    assert not engine.settings.db_password_key_path.exists()
+    # earlier versions derived the password from the webhook secret: the key starts as that secret
+    assert engine.password_key() == b"the-old-secret"
+    assert engine.settings.db_password_key_path.read_bytes() == b"the-old-secret"

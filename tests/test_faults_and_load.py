@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.host_env import HostEnv
+from orchestrator.leftovers import marked_processes
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.nginx import Nginx
@@ -264,3 +266,64 @@ def test_previews_cannot_reach_each_others_database(stack: Stack) -> None:
     for pr in repos:
         stack.wait_gone(pr)
         assert_fully_removed(stack, pr)
+
+
+def test_a_restart_stops_what_the_killed_service_left_running(stack: Stack) -> None:
+    """SIGKILL while a build command runs: its container and the docker client keep running. The next start
+    stops both before the event runs again; closing the pull request then cancels the re-run at once."""
+    pr = 71
+    repo = make_pr_repo(stack.root / "repos", "python", "kill/leftovers",
+                        config=config_for("python", build_commands=["sleep 361"]))
+    stack.send("opened", pr, repo, repo.sha_a)
+    log = stack.root / "deployments" / SLUG / f"pr-{pr}.log"
+    wait_until(lambda: log.exists() and "$ sh -c sleep 361" in log.read_text(), timeout=60, message="building")
+    name = f"po-build-{SLUG}-{pr}-0"
+    wait_until(lambda: docker_ids(name), timeout=30, message="build container running")
+    [before] = docker_ids(name)
+    marker = HostEnv.for_state_dir(stack.root / "state").marker
+    clients = marked_processes(marker)
+    assert clients  # the docker client of the build command
+    restart(stack)
+    assert not set(clients) & set(marked_processes(marker))
+    assert before not in docker_ids(name)
+    wait_until(lambda: log.read_text().count("$ sh -c sleep 361") == 2, timeout=60, message="re-run")
+    started = time.monotonic()
+    stack.close(pr, repo, repo.sha_a)
+    assert time.monotonic() - started < 30  # not after the 600 s build command timeout
+    assert docker_ids(name) == []
+
+
+def test_rotating_the_webhook_secret_keeps_every_preview_s_database_password(stack: Stack) -> None:
+    pr = 72
+    repo = make_pr_repo(stack.root / "repos", "python", "rotate/secret", config=config_for("python"))
+    stack.send("opened", pr, repo, repo.sha_a)
+    stack.wait_for(pr, "running", repo.sha_a)
+    before = app_env(f"{SLUG}-pr-{pr}-app")["DATABASE_URL"]
+    rotated = "a-new-webhook-secret-93b1"
+    stack.service.kill9()
+    stack.service = ServiceProcess(stack.root, port=stack.service.port,
+                                   **{**stack.service.extra_env, "CODEHOST_WEBHOOK_SECRET": rotated}).start()
+    try:
+        body = pr_payload("synchronize", number=pr, sha=repo.sha_b, clone_url=repo.clone_url, ref=repo.branch)
+        response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+                              headers=webhook_headers(body, secret=rotated), timeout=10)
+        assert response.status_code == 200
+        stack.wait_for(pr, "running", repo.sha_b)
+        assert app_env(f"{SLUG}-pr-{pr}-app")["DATABASE_URL"] == before
+        assert stack.page(pr, "db").text == "db reachable"
+    finally:
+        stack.service.kill9()
+        extra = {k: v for k, v in stack.service.extra_env.items() if k != "CODEHOST_WEBHOOK_SECRET"}
+        stack.service = ServiceProcess(stack.root, port=stack.service.port, **extra).start()
+    stack.close(pr, repo, repo.sha_b)
+
+
+def docker_ids(name: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", f"name=^{name}$"], capture_output=True,
+                          text=True, timeout=30, check=True).stdout.split()
+
+
+def app_env(container: str) -> dict[str, str]:
+    output = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Env}}", container], capture_output=True,
+                            text=True, timeout=30, check=True).stdout
+    return dict(item.split("=", 1) for item in json.loads(output))

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.commands import CommandFailed, DeploymentLog
 from orchestrator.git_ops import CloneRefused, Git, token_applies
+from orchestrator.host_env import HostEnv
 from tests.support.git_repos import git, make_pr_repo
 
 TOKEN = "ghs_supersecrettoken123"
@@ -19,14 +20,15 @@ TOKEN = "ghs_supersecrettoken123"
 
 def test_clone_checks_out_the_branch_at_the_sha_and_updates(tmp_path: Path) -> None:
     repo = make_pr_repo(tmp_path / "repos", "python", "feature/x")
-    tool = Git(TOKEN, "https://api.github.com", ("file",), 60, tmp_path)
+    tool = Git(TOKEN, "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
     log = DeploymentLog(tmp_path / "deploy.log")
     work = tmp_path / "work"
-    tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, log)
+    tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, tmp_path / "work.git", log)
     assert (work / "message.txt").read_text() == "commit A\n"
     assert git(work, "rev-parse", "--abbrev-ref", "HEAD") == "feature/x"
+    assert (work / ".git").is_file() and not (work / ".git" / "config").exists()  # the git directory is beside
     (work / "Dockerfile.preview-orchestrator").write_text("left over")
-    tool.checkout(repo.clone_url, repo.branch, repo.sha_b, work, log)
+    tool.checkout(repo.clone_url, repo.branch, repo.sha_b, work, tmp_path / "work.git", log)
     assert (work / "message.txt").read_text() == "commit B\n"
     assert not (work / "Dockerfile.preview-orchestrator").exists()  # untracked leftovers are cleaned
     assert TOKEN not in log.path.read_text()  # a file:// clone never gets the token
@@ -34,9 +36,9 @@ def test_clone_checks_out_the_branch_at_the_sha_and_updates(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("url", ["https://github.com/a/b.git", "ext::sh -c touch% /tmp/pwned", "-uhelp"])
 def test_transports_outside_the_allowed_list_are_refused(tmp_path: Path, url: str) -> None:
-    tool = Git("", "https://api.github.com", ("file",), 60, tmp_path)
+    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
     with pytest.raises(CloneRefused):
-        tool.clone(url, "main", "a" * 40, tmp_path / "work", DeploymentLog(tmp_path / "log"))
+        tool.clone(url, "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", DeploymentLog(tmp_path / "log"))
     assert not (tmp_path / "work").exists()
 
 
@@ -76,10 +78,10 @@ def git_http() -> Iterator[tuple[str, list[dict[str, str]]]]:
 
 def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_path: Path, git_http) -> None:
     base, seen = git_http
-    tool = Git(TOKEN, base, ("http",), 60, tmp_path)
+    tool = Git(TOKEN, base, ("http",), 60, HostEnv.for_state_dir(tmp_path))
     log = DeploymentLog(tmp_path / "deploy.log")
     with pytest.raises(CommandFailed) as failed:
-        tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", log)
+        tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", log)
     expected = "Basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert seen and seen[0]["authorization"] == expected
     assert all(TOKEN not in request["path"] for request in seen)
@@ -90,9 +92,10 @@ def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_
 
 def test_other_hosts_never_see_the_token(tmp_path: Path, git_http) -> None:
     base, seen = git_http
-    tool = Git(TOKEN, "http://127.0.0.1:1", ("http",), 60, tmp_path)  # the code host is elsewhere
+    tool = Git(TOKEN, "http://127.0.0.1:1", ("http",), 60, HostEnv.for_state_dir(tmp_path))  # host elsewhere
     with pytest.raises(CommandFailed):
-        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", DeploymentLog(tmp_path / "l"))
+        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git",
+                   DeploymentLog(tmp_path / "l"))
     assert seen and all(request["authorization"] == "" for request in seen)
 
 
@@ -100,8 +103,32 @@ def test_shell_characters_in_branch_names_are_only_data(tmp_path: Path) -> None:
     branch = "feat/$(touch${IFS}pwned);`touch${IFS}pwned2`&x"
     repo = make_pr_repo(tmp_path / "repos", "python", "plain")
     git(Path(repo.clone_url), "branch", branch, repo.sha_b)
-    tool = Git("", "https://api.github.com", ("file",), 60, tmp_path)
+    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
     work = tmp_path / "work"
-    tool.clone(repo.clone_url, branch, repo.sha_b, work, DeploymentLog(tmp_path / "log"))
+    tool.clone(repo.clone_url, branch, repo.sha_b, work, tmp_path / "work.git", DeploymentLog(tmp_path / "log"))
     assert git(work, "rev-parse", "--abbrev-ref", "HEAD") == branch
     assert not list(tmp_path.rglob("pwned*")) and not Path("pwned").exists()
+
+
+def test_nothing_written_into_a_checkout_or_its_git_directory_makes_git_run_a_program(tmp_path: Path) -> None:
+    """What a container could write into a checkout it can see (a `.git` file pointing at a git directory of its
+    own, with hooks and `core.fsmonitor`), and what is in the service's own git directory, runs nothing."""
+    repo = make_pr_repo(tmp_path / "repos", "python", "feature/hooks")
+    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
+    work, git_dir, log = tmp_path / "work", tmp_path / "work.git", DeploymentLog(tmp_path / "log")
+    tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, git_dir, log)
+    canary = tmp_path / "pwned"
+    payload = f"#!/bin/sh\ntouch {canary}\n"
+    evil = tmp_path / "evil.git"
+    git(tmp_path, "init", "-q", "--bare", str(evil))
+    for directory in (evil / "hooks", git_dir / "hooks"):
+        for hook in ("post-checkout", "pre-commit", "reference-transaction", "post-merge", "fsmonitor"):
+            (directory / hook).write_text(payload)
+            (directory / hook).chmod(0o755)
+    for config in (evil / "config", git_dir / "config"):
+        with config.open("a") as handle:
+            handle.write(f"[core]\n\tfsmonitor = {evil / 'hooks' / 'fsmonitor'}\n\thooksPath = {evil / 'hooks'}\n")
+    (work / ".git").write_text(f"gitdir: {evil}\n")
+    tool.checkout(repo.clone_url, repo.branch, repo.sha_b, work, git_dir, log)
+    assert (work / "message.txt").read_text() == "commit B\n"
+    assert not canary.exists()

@@ -244,6 +244,37 @@ def test_body_over_25_mb_is_413(client: testing.TestClient) -> None:
     assert "larger than 25 MB" in result.json["error"]
 
 
+def test_a_signed_delivery_without_an_event_header_is_told_by_its_body(make_settings: SettingsFactory,
+                                                                        handler: RecordingHandler) -> None:
+    """The spec requires only the content type and the signature."""
+    client = testing.TestClient(create_app(make_settings(webhook_processing="sync"), handler))
+    body = pr_payload()
+    headers = {key: value for key, value in webhook_headers(body).items() if key != "X-GitHub-Event"}
+    result = client.simulate_post("/webhook/codehost", body=body, headers=headers)
+    assert result.status_code == 200
+    assert [entry["action"] for entry in handler.entries()] == ["opened"]
+    ping = fixture_bytes("ping")
+    headers = {key: value for key, value in webhook_headers(ping).items() if key != "X-GitHub-Event"}
+    assert client.simulate_post("/webhook/codehost", body=ping, headers=headers).status_code == 200
+    assert len(handler.entries()) == 1  # the ping is acknowledged and nothing runs
+
+
+def test_a_repository_with_the_same_slug_cannot_touch_the_deployment(make_settings: SettingsFactory,
+                                                                       handler: RecordingHandler) -> None:
+    """`Codertocat/Hello-World` and `Codertocat/Hello_World` give one deployment id: the first keeps it."""
+    settings = make_settings(webhook_processing="sync", allowed_repos="Codertocat/Hello-World,Codertocat/Hello_World")
+    client = testing.TestClient(create_app(settings, handler))
+    assert post_webhook(client, pr_payload()).status_code == 200
+    for action in ("opened", "synchronize", "closed"):
+        result = post_webhook(client, pr_payload(action, repository="Codertocat/Hello_World"))
+        assert result.status_code == 409
+        assert result.json["error"] == (
+            f"Deployment {FIXTURE_DEPLOYMENT} belongs to the repository Codertocat/Hello-World; another repository "
+            "whose name gives the same deployment id cannot use it")
+    assert [entry["action"] for entry in handler.entries()] == ["opened"]
+    assert DeploymentStore(settings.deployments_db).read().deployments[FIXTURE_DEPLOYMENT].repoName == "Hello-World"
+
+
 def test_same_delivery_twice_is_processed_once(make_settings: SettingsFactory,
                                                handler: RecordingHandler) -> None:
     client = testing.TestClient(create_app(make_settings(webhook_processing="sync"), handler))

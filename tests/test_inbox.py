@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.dispatcher import Dispatcher
-from orchestrator.inbox import Inbox, InboxError
+from orchestrator.flow_control import FlowControl
+from orchestrator.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.models import PullRequestEvent
 
 
@@ -47,6 +48,17 @@ def test_events_survive_reopening(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite3"
     Inbox(path).accept(event("d1"))
     assert drain(Inbox(path)) == ["d1"]
+
+
+def test_open_work_of_another_repository_with_the_same_id_is_never_touched(inbox: Inbox) -> None:
+    mine = inbox.accept(event("mine", "synchronize"))
+    twin = event("twin", "closed").model_copy(update={"repo_name": "API_"})  # same deployment id, other repo
+    with pytest.raises(DeploymentTaken) as taken:
+        inbox.accept(twin)
+    assert (taken.value.owner, taken.value.name) == ("acme", "api")
+    assert inbox.outcome(mine.seq) is None  # still pending: not cancelled by the other repository's `closed`
+    assert drain(inbox) == ["mine"]
+    assert not inbox.accept(twin).duplicate  # nothing open any more: the id is free
 
 
 def test_newer_synchronize_supersedes_queued_one(inbox: Inbox) -> None:
@@ -111,7 +123,7 @@ class GatedHandler:
         self.max_per_deployment = 0
         self.seen: list[str] = []
 
-    def handle(self, ev: PullRequestEvent) -> None:
+    def handle(self, ev: PullRequestEvent, control: object = None) -> None:
         with self.lock:
             self.active[ev.deployment_id] = self.active.get(ev.deployment_id, 0) + 1
             self.max_total = max(self.max_total, sum(self.active.values()))
@@ -147,7 +159,7 @@ async def test_dispatcher_bounds_parallel_flows_and_serialises_each_deployment(i
 
 async def test_a_crashing_handler_marks_the_event_failed_and_goes_on(inbox: Inbox) -> None:
     class Crashing:
-        def handle(self, ev: PullRequestEvent) -> None:
+        def handle(self, ev: PullRequestEvent, control: object = None) -> None:
             if ev.delivery_id == "boom":
                 raise RuntimeError("bug")
 
@@ -160,3 +172,41 @@ async def test_a_crashing_handler_marks_the_event_failed_and_goes_on(inbox: Inbo
     assert outcome.status == "done"
     assert inbox.outcome(boom.seq).status == "failed"
     assert inbox.outcome(boom.seq).error == "Internal error while processing the event"
+
+
+class SlowBuilds:
+    """Deploys that run until cancelled (or 20 s); cleanups that return at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.finished: list[tuple[str, str]] = []
+
+    def handle(self, ev: PullRequestEvent, control: FlowControl) -> None:
+        if ev.action != "closed":
+            control.wait(20)
+        with self.lock:
+            self.finished.append((ev.delivery_id, "cancelled" if control.cancelled else "done"))
+
+
+async def test_cleanups_never_wait_for_slow_builds_and_cancel_their_own_deploy(inbox: Inbox) -> None:
+    handler = SlowBuilds()
+    dispatcher = Dispatcher(inbox, handler, max_concurrent=2)
+    await dispatcher.start()
+    try:
+        for pr in (1, 2):
+            inbox.accept(event(f"build-{pr}", pr=pr))
+        dispatcher.notify()
+        await asyncio.sleep(0.3)
+        other = inbox.accept(event("close-3", "closed", pr=3))  # both build slots are taken
+        dispatcher.notify()
+        assert (await asyncio.wait_for(dispatcher.wait_for(other.seq), 5)).status == "done"
+        closing = inbox.accept(event("close-1", "closed", pr=1))
+        assert dispatcher.cancel("acme-api-1", "the pull request was closed")
+        dispatcher.notify()
+        assert (await asyncio.wait_for(dispatcher.wait_for(closing.seq), 5)).status == "done"
+        assert ("build-1", "cancelled") in handler.finished
+        assert ("build-2", "cancelled") not in handler.finished and ("build-2", "done") not in handler.finished
+        assert not dispatcher.cancel("acme-api-9", "nothing runs")
+    finally:
+        dispatcher.cancel("acme-api-2", "the test ends")
+        await dispatcher.stop()

@@ -17,7 +17,7 @@ from falcon import testing
 
 from orchestrator.app import create_app
 from orchestrator.codehost import CodeHost
-from orchestrator.commands import DeploymentLog, clean_env, deployment_log_path, run
+from orchestrator.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.metrics import Metrics
 from orchestrator.models import DeploymentRecord, StoreFile
 from orchestrator.service_client import previews_table
@@ -120,7 +120,8 @@ def test_commands_write_output_to_the_log_while_they_run(tmp_path: Path) -> None
     done = threading.Event()
 
     def slow() -> None:
-        run(["sh", "-c", "echo first; sleep 3; echo second"], cwd=None, env=clean_env(), timeout=30, log=log)
+        run(["sh", "-c", "echo first; sleep 3; echo second"], cwd=None, env={"PATH": "/usr/bin:/bin"},
+            timeout=30, log=log)
         done.set()
 
     threading.Thread(target=slow).start()

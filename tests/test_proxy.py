@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.host_env import HostEnv
 from orchestrator.proxy import Proxy, ProxyError
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx
@@ -43,7 +44,7 @@ def upstream() -> Iterator[int]:
 
 
 def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: int) -> None:
-    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
     proxy.install("acme-api", 3, "acme-api-3", upstream, None)
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
     nginx.wait_settled()
@@ -61,7 +62,7 @@ def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: in
 
 
 def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int) -> None:
-    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command)
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
     proxy.install("acme-api", 3, "acme-api-3", upstream, None)
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
     nginx.wait_settled()
@@ -80,7 +81,8 @@ def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int)
 def test_an_unchanged_served_route_is_not_reloaded(tmp_path: Path) -> None:
     # Commands that leave a trace instead of nginx: the point is which ones run.
     trace = tmp_path / "trace"
-    proxy = Proxy(tmp_path / "routes", f"sh -c 'echo test >> {trace}'", f"sh -c 'echo reload >> {trace}'")
+    proxy = Proxy(tmp_path / "routes", f"sh -c 'echo test >> {trace}'", f"sh -c 'echo reload >> {trace}'",
+                  HostEnv.for_state_dir(tmp_path))
     proxy.install("acme-api", 3, "acme-api-3", 8003, None)
     assert trace.read_text() == "test\nreload\n"
     proxy.install("acme-api", 3, "acme-api-3", 8003, None, served=True)  # an update, same port

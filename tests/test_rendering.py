@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from orchestrator.checkout import load_checkout_config
+from orchestrator.docker_compose import Compose
+from orchestrator.host_env import HostEnv
 from orchestrator.plugin_host import PluginHost
 from orchestrator.preview_config import ConfigError
 from orchestrator.rendering import (
@@ -33,7 +35,8 @@ KEY = b"snapshot-key"
 
 def render(host: PluginHost, repo: Path, pr: int = 7, overrides: dict[str, str] | None = None):  # noqa: ANN201
     context = make_context("Acme", "Shop.Api", pr, 8007, 9007, KEY, overrides)
-    return render_deployment(host, repo, load_checkout_config(host, repo), context)
+    normalize = Compose(60, HostEnv.for_state_dir(repo)).normalized  # the real `docker compose config`
+    return render_deployment(host, repo, load_checkout_config(host, repo), context, normalize)
 
 
 def check_snapshot(name: str, text: str) -> None:
@@ -161,7 +164,7 @@ services:
     ports: ["5432:5432"]
   worker:
     build: .
-    volumes: ["./data:/data", "cache:/cache"]
+    volumes: ["./data:/data:ro", "cache:/cache"]
 volumes:
   cache: {}
 """
@@ -191,6 +194,42 @@ def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path
         ("services:\n  app:\n    image: x\n    privileged: true\n", "service app: privileged is not allowed"),
         ("services:\n  app:\n    image: x\n    network_mode: host\n", "service app: network_mode host"),
         ("services:\n  app:\n    image: x\n    pid: host\n", "service app: pid: host is not allowed"),
+        ("services:\n  app:\n    image: x\n    pid: ${P:-host}\n", "service app: pid: host is not allowed"),
+        ("services:\n  app:\n    image: x\n    ipc: \"${I:-host}\"\n", "service app: ipc: host is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['${R:-/}:/host']\n",
+         "service app: volumes: bind mount of / is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['./src:/src']\n",
+         "service app: volumes: bind mount of src must be read-only"),
+        ("services:\n  app:\n    build: {context: ., network: '${N:-host}'}\n",
+         "service app: build network host is not allowed"),
+        ("services:\n  app:\n    build: {context: ., ssh: [default]}\n", "service app: build ssh is not allowed"),
+        ("services:\n  app:\n    build: {context: ., privileged: true}\n",
+         "service app: build privileged is not allowed"),
+        ("services:\n  app:\n    build: https://github.com/acme/app.git\n",
+         "service app: build context must be a directory of the repository"),
+        ("services:\n  app:\n    build: '${C:-..}'\n", "service app: build context must be a directory of the"),
+        ("services:\n  app:\n    build: .\n    image: postgres:16\n", "service app: image beside build"),
+        ("services:\n  app:\n    image: x\n    scale: 4\n", "service app: scale 4 is not allowed"),
+        ("services:\n  app:\n    image: x\n    deploy: {replicas: 3}\n",
+         "service app: deploy replicas 3 is not allowed"),
+        ("services:\n  app:\n    image: x\nnetworks:\n  default:\n    name: acme-shop-api-8_default\n",
+         "networks default: name acme-shop-api-8_default is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['data:/d']\nvolumes:\n  data:\n"
+         "    name: acme-shop-api-8_db-data\n",
+         "volumes data: name acme-shop-api-8_db-data is not allowed"),
+        ("services:\n  app:\n    image: x\n    env_file: ['${E:-/etc/hostname}']\n",
+         "service app: env_file must be a literal path"),
+        ("services:\n  app:\n    image: x\n    label_file: ./labels\n", "service app: label_file is not allowed"),
+        ("services:\n  app:\n    image: x\n    provider: {type: model}\n", "service app: provider is not allowed"),
+        ("services:\n  app:\n    image: x\n    use_api_socket: true\n",
+         "service app: use_api_socket is not allowed"),
+        ("services:\n  app:\n    image: x\n    cpus: 8\n", "service app: cpus is not allowed"),
+        ("services:\n  app:\n    image: x\n    post_start: [{command: id, privileged: true}]\n",
+         "service app: a privileged post_start or pre_stop hook is not allowed"),
+        ("services:\n  app:\n    image: x\n    secrets: [s]\nsecrets:\n  s: {file: /etc/shadow}\n",
+         "secrets s: file is not allowed outside the repository"),
+        ("services:\n  app:\n    image: x\n    unknown_option: 1\n",
+         "service app: unknown_option is not allowed (not one of the options a preview may use)"),
         ("services:\n  app:\n    image: x\n    ipc: host\n", "service app: ipc: host is not allowed"),
         ("services:\n  app:\n    image: x\n    cap_add: [SYS_ADMIN]\n", "service app: cap_add is not allowed"),
         ("services:\n  app:\n    image: x\n    devices: ['/dev/sda:/dev/sda']\n", "service app: devices"),
@@ -200,13 +239,14 @@ def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path
         ("services:\n  app:\n    image: x\n    volumes: ['/etc:/etc']\n", "service app: volumes: bind mount of /etc"),
         ("services:\n  app:\n    image: x\n    volumes: [{type: bind, source: /, target: /h}]\n",
          "service app: volumes: bind mount of / is not allowed"),
-        ("services:\n  app:\n    build: ../..\n", "service app: build context outside the repository"),
+        ("services:\n  app:\n    build: ../..\n", "service app: build context must be a directory of the"),
         ("services:\n  app:\n    image: x\n  side:\n    image: y\n    ports: ['6379:6379']\n",
          "service side: ports is not allowed"),
         ("services:\n  app:\n    image: x\nnetworks:\n  default:\n    external: true\n",
          "networks default: external is not allowed"),
-        ("services:\n  app:\n    image: x\nvolumes:\n  v:\n    driver_opts: {type: none, device: /, o: bind}\n",
-         "volumes v: driver_opts is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['vol:/d']\nvolumes:\n  vol:\n"
+         "    driver_opts: {type: none, device: /, o: bind}\n",
+         "volumes vol: driver_opts is not allowed"),
         ("include: [../other.yml]\nservices:\n  app:\n    image: x\n", "top-level include is not allowed"),
         ("services:\n  web:\n    image: x\n", "a service named app is required"),
     ],

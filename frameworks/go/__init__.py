@@ -14,6 +14,7 @@ from orchestrator.preview_config import PreviewConfig
 from orchestrator.templating import render_template
 
 NAME = "go"
+TOOLCHAIN_IMAGE = "golang:1.22-bookworm"  # builds the app; build_commands run in it too
 
 
 @hookimpl(trylast=True)
@@ -23,6 +24,7 @@ def po_frameworks() -> list[FrameworkSpec]:
             name=NAME,
             default_port=8080,
             default_entrypoint="/app/server",
+            toolchain_image=TOOLCHAIN_IMAGE,
             description="Go module (go.mod), built with `go build` into /app/server",
         )
     ]
@@ -42,7 +44,7 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext)
     return render_template(
         __name__,
         "Dockerfile.j2",
-        build_image=context.image("golang:1.22-bookworm"),
+        build_image=context.image(TOOLCHAIN_IMAGE),
         runtime_image=context.image("debian:bookworm-slim"),
         port=config.app_port,
         entrypoint=config.app_entrypoint,

@@ -14,6 +14,7 @@ from orchestrator.preview_config import PreviewConfig
 from orchestrator.templating import render_template
 
 NAME = "laravel"
+TOOLCHAIN_IMAGE = "composer:2"  # builds the app; build_commands run in it too
 
 
 def _serve_command(config: PreviewConfig) -> str:
@@ -27,6 +28,7 @@ def po_frameworks() -> list[FrameworkSpec]:
             name=NAME,
             default_port=8000,
             default_entrypoint="php artisan serve",
+            toolchain_image=TOOLCHAIN_IMAGE,
             description="Laravel: composer install --no-dev, served by `php artisan serve`",
         )
     ]
@@ -53,7 +55,7 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext)
         return None
     return render_template(
         __name__, "Dockerfile.j2",
-        composer_image=context.image("composer:2"),
+        composer_image=context.image(TOOLCHAIN_IMAGE),
         runtime_image=context.image("php:8.3-cli"),
         port=config.app_port, serve=_serve_command(config),
     )

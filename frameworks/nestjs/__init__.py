@@ -11,6 +11,7 @@ from orchestrator.preview_config import PreviewConfig
 from orchestrator.templating import render_template
 
 NAME = "nestjs"
+TOOLCHAIN_IMAGE = "node:20-bookworm-slim"  # builds the app; build_commands run in it too
 
 
 @hookimpl(trylast=True)
@@ -20,6 +21,7 @@ def po_frameworks() -> list[FrameworkSpec]:
             name=NAME,
             default_port=3000,
             default_entrypoint="node dist/main.js",
+            toolchain_image=TOOLCHAIN_IMAGE,
             description="NestJS (or any Node app): npm ci, npm run build, production dependencies only",
         )
     ]
@@ -45,7 +47,7 @@ def po_detect_framework(repo_dir: Path) -> Detection | None:
 def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext) -> str | None:
     if framework != NAME:
         return None
-    image = context.image("node:20-bookworm-slim")
+    image = context.image(TOOLCHAIN_IMAGE)
     return render_template(
         __name__, "Dockerfile.j2", build_image=image, runtime_image=image,
         port=config.app_port, entrypoint=config.app_entrypoint,

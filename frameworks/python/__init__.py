@@ -8,6 +8,7 @@ from orchestrator.preview_config import PreviewConfig
 from orchestrator.templating import render_template
 
 NAME = "python"
+TOOLCHAIN_IMAGE = "python:3.12-slim"  # builds the app; build_commands run in it too
 
 
 @hookimpl(trylast=True)
@@ -17,6 +18,7 @@ def po_frameworks() -> list[FrameworkSpec]:
             name=NAME,
             default_port=8000,
             default_entrypoint="python main.py",
+            toolchain_image=TOOLCHAIN_IMAGE,
             description="Python: pip install -r requirements.txt when present",
         )
     ]
@@ -28,7 +30,7 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext)
         return None
     return render_template(
         __name__, "Dockerfile.j2",
-        runtime_image=context.image("python:3.12-slim"),
+        runtime_image=context.image(TOOLCHAIN_IMAGE),
         port=config.app_port, entrypoint=config.app_entrypoint,
     )
 

@@ -8,6 +8,7 @@ from orchestrator.preview_config import PreviewConfig
 from orchestrator.templating import render_template
 
 NAME = "rust"
+TOOLCHAIN_IMAGE = "rust:1-bookworm"  # builds the app; build_commands run in it too
 
 
 @hookimpl(trylast=True)
@@ -17,6 +18,7 @@ def po_frameworks() -> list[FrameworkSpec]:
             name=NAME,
             default_port=8080,
             default_entrypoint="/app/server",
+            toolchain_image=TOOLCHAIN_IMAGE,
             description="Rust: cargo build --release; every release binary is copied to /app",
         )
     ]
@@ -28,7 +30,7 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext)
         return None
     return render_template(
         __name__, "Dockerfile.j2",
-        build_image=context.image("rust:1-bookworm"),
+        build_image=context.image(TOOLCHAIN_IMAGE),
         runtime_image=context.image("debian:bookworm-slim"),
         port=config.app_port, entrypoint=config.app_entrypoint,
     )

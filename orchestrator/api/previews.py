@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import UTC, datetime
 
 import falcon
 from falcon.asgi import Request, Response
@@ -13,7 +12,7 @@ from falcon.asgi import Request, Response
 from orchestrator.api.deployment_logs import DeploymentLogResource
 from orchestrator.dispatcher import Dispatcher
 from orchestrator.inbox import Inbox
-from orchestrator.models import CleanupResult, PullRequestEvent
+from orchestrator.models import CleanupResult, event_for_record
 from orchestrator.naming import is_valid_deployment_id
 from orchestrator.store import DeploymentStore
 
@@ -67,20 +66,10 @@ class PreviewResource:
         record = data.deployments.get(deployment_id)
         if record is None:
             raise falcon.HTTPNotFound(description="Deployment not found")
-        event = PullRequestEvent(
-            delivery_id=f"manual-delete-{uuid.uuid4()}",
-            action="closed",
-            deployment_id=deployment_id,
-            project_slug=record.projectSlug,
-            repo_owner=record.repoOwner,
-            repo_name=record.repoName,
-            pr_number=record.prNumber,
-            branch=record.branch,
-            commit_sha=record.commitSha,
-            received_at=datetime.now(UTC),
-        )
+        event = event_for_record(record, "closed", f"manual-delete-{uuid.uuid4()}")
         accepted = await asyncio.to_thread(self._inbox.accept, event)
         log.info("manual cleanup requested", extra={"deploymentId": deployment_id})
+        self._dispatcher.cancel(deployment_id, "the preview was removed with DELETE")
         self._dispatcher.notify()
         outcome = await self._dispatcher.wait_for(accepted.seq)
         if outcome.status == "failed":

@@ -9,10 +9,11 @@ import falcon
 from falcon.asgi import Request, Response
 
 from orchestrator.dispatcher import Dispatcher
-from orchestrator.inbox import Inbox, InboxError
+from orchestrator.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.metrics import Metrics
-from orchestrator.models import StatusOk
+from orchestrator.models import PullRequestEvent, StatusOk, foreign_repository_message
 from orchestrator.settings import Settings
+from orchestrator.store import DeploymentStore
 from orchestrator.webhook import (
     MAX_BODY_BYTES,
     Ignored,
@@ -24,13 +25,15 @@ from orchestrator.webhook import (
 log = logging.getLogger("orchestrator.webhook")
 OK = StatusOk().model_dump()
 KNOWN_EVENTS = frozenset({"pull_request", "ping", "push", "issue_comment", "pull_request_review"})
-OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 413: "too_large", 415: "unsupported_media",
-            500: "error"}
+OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 409: "conflict", 413: "too_large",
+            415: "unsupported_media", 500: "error"}
 
 
 class WebhookResource:
-    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics,
+                 store: DeploymentStore) -> None:
         self._metrics = metrics
+        self._store = store
         self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
         self._allowed = settings.allowed_repos_folded
         self._sync = settings.webhook_processing == "sync"
@@ -67,7 +70,12 @@ class WebhookResource:
 
         extra = {"deploymentId": parsed.deployment_id}
         try:
+            await asyncio.to_thread(self._check_owner, parsed)
             accepted = await asyncio.to_thread(self._inbox.accept, parsed)
+        except DeploymentTaken as taken:
+            message = foreign_repository_message(parsed.deployment_id, taken.owner, taken.name)
+            log.warning("webhook refused: %s", message, extra=extra)
+            raise falcon.HTTPConflict(description=message) from None
         except InboxError as exc:
             # Not acknowledged, so the code host shows the delivery as failed and it can be redelivered.
             log.error("could not record event: %s", exc, extra=extra)
@@ -78,12 +86,22 @@ class WebhookResource:
             resp.media = OK
             return
         log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
+        if parsed.action == "closed":
+            self._dispatcher.cancel(parsed.deployment_id, "the pull request was closed")
         self._dispatcher.notify()
         if self._sync:
             outcome = await self._dispatcher.wait_for(accepted.seq)
             if outcome.status == "failed":
                 raise falcon.HTTPInternalServerError(description=outcome.error or "Processing failed")
         resp.media = OK
+
+
+    def _check_owner(self, event: PullRequestEvent) -> None:
+        """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one
+        must never update or remove the other's preview."""
+        record = self._store.read().deployments.get(event.deployment_id)
+        if record is not None and not record.belongs_to(event.repo_owner, event.repo_name):
+            raise DeploymentTaken(record.repoOwner, record.repoName)
 
 
 async def _read_body(req: Request) -> bytes:

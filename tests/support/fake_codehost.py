@@ -83,12 +83,17 @@ class FakeCodeHost:
             self.server.shutdown()
             self.server.server_close()
 
-    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
         with self.lock:
             if self.failures:
                 status, headers = self.failures.pop(0)
                 return status, {"message": "injected failure"}, headers
+            path = path.split("?", 1)[0]
             created = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments", path)
+            if method == "GET" and created:
+                listed = [{"id": key, "body": c["body"]} for key, c in sorted(self.comments.items())
+                          if (c["owner"], c["repo"], c["pr"]) == (created[1], created[2], int(created[3]))]
+                return 200, listed, {}
             if method == "POST" and created:
                 self.next_id += 1
                 self.comments[self.next_id] = {"owner": created[1], "repo": created[2], "pr": int(created[3]),

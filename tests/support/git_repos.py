@@ -30,9 +30,9 @@ def git(cwd: Path, *args: str) -> str:
 
 def make_pr_repo(root: Path, sample: str, branch: str, config: dict[str, Any] | None = None,
                  files: dict[str, str] | None = None, drop: tuple[str, ...] = (),
-                 files_b: dict[str, str] | None = None) -> PullRequestRepo:
-    """A bare repository whose `branch` has commit A (message "commit A") then commit B ("commit B",
-    plus `files_b`)."""
+                 files_b: dict[str, str] | None = None, links: dict[str, str] | None = None) -> PullRequestRepo:
+    """A bare repository whose `branch` has commit A (message "commit A", plus symbolic links `links`: name ->
+    target) then commit B ("commit B", plus `files_b`)."""
     work = root / f"{branch.replace('/', '_')}-work"
     shutil.copytree(SAMPLES / sample, work)
     if config is not None:
@@ -42,6 +42,8 @@ def make_pr_repo(root: Path, sample: str, branch: str, config: dict[str, Any] | 
     for name, text in (files or {}).items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text(text)
+    for name, target in (links or {}).items():
+        (work / name).symlink_to(target)
     git(work, "init", "-q", "-b", "main")
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "commit A")

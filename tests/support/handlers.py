@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.flow_control import FlowControl
 from orchestrator.handler import FlowError
 from orchestrator.models import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
 from orchestrator.settings import Settings
@@ -39,7 +40,7 @@ class RecordingHandler:
         self.active = 0
         self.max_active = 0
 
-    def handle(self, event: PullRequestEvent) -> None:
+    def handle(self, event: PullRequestEvent, control: FlowControl | None = None) -> None:
         with self._lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)

@@ -41,8 +41,9 @@ def webhook_headers(
 
 
 def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, clone_url: str | None = None,
-               **head: Any) -> bytes:
-    """The real `pull_request.<action>` fixture with a chosen number, SHA or head fields."""
+               repository: str | None = None, **head: Any) -> bytes:
+    """The real `pull_request.<action>` fixture with a chosen number, SHA, head fields or repository
+    (`owner/name`, set on the base and the head)."""
     name = {"reopened": "pull_request.reopened", "synchronize": "pull_request.synchronize",
             "closed": "pull_request.closed"}.get(action, "pull_request.opened")
     data = fixture(name)
@@ -54,4 +55,9 @@ def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, 
     data["pull_request"]["head"].update(head)
     if clone_url is not None:
         data["pull_request"]["head"]["repo"]["clone_url"] = clone_url
+    if repository is not None:
+        owner, name = repository.split("/")
+        for repo in (data["repository"], data["pull_request"]["head"]["repo"]):
+            repo.update(full_name=repository, name=name)
+            repo["owner"]["login"] = owner
     return json.dumps(data).encode()

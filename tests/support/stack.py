@@ -29,11 +29,14 @@ class Stack:
     codehost: FakeCodeHost
     root: Path
 
-    def send(self, action: str, pr: int, repo: PullRequestRepo, sha: str) -> None:
-        body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch)
+    def send(self, action: str, pr: int, repo: PullRequestRepo, sha: str, expect: int = 200,
+             repository: str | None = None) -> httpx.Response:
+        body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch,
+                          repository=repository)
         response = httpx.post(f"{self.service.url}/webhook/codehost", content=body,
                               headers=webhook_headers(body), timeout=10)
-        assert response.status_code == 200, response.text
+        assert response.status_code == expect, response.text
+        return response
 
     def close(self, pr: int, repo: PullRequestRepo, sha: str) -> None:
         """Close the pull request and check that nothing of its preview is left."""
@@ -73,6 +76,10 @@ class Stack:
 
     def page(self, pr: int, path: str = "") -> httpx.Response:
         return httpx.get(f"{self.nginx.url}/{SLUG}/pr-{pr}/{path}", timeout=10)
+
+    def logs(self, pr: int) -> str:
+        """The deployment log, as the service serves it."""
+        return httpx.get(f"{self.service.url}/api/previews/{SLUG}-{pr}/logs", timeout=10).text
 
     def wait_comment(self, pr: int, *texts: str) -> str:
         """The comment follows the record (the spec's order: record, then comment)."""
@@ -132,6 +139,7 @@ def assert_fully_removed(stack: Stack, pr: int) -> None:
                             timeout=60, check=True).stdout
     assert images.strip() == "", f"images built for {deployment} left behind"
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}").exists()
+    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.git").exists()
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
     assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
     store = stack.store()

@@ -1,0 +1,81 @@
+"""Paths inside a pull request's checkout, which its author controls: links that leave it are refused, and
+what the service writes there never follows a link.
+
+The service runs as root. A committed symlink such as `compose.preview.yml -> /etc/cron.d/x` would make a
+plain `open(..., "w")` write wherever it points, and a link read by compose (an `env_file`, a bind source)
+would hand a host file to the preview. So a checkout is scanned once it is on disk (and again after
+`build_commands`, which may create files), and files are written by creating a new file beside the target
+and renaming it over the name: a rename replaces a link, it never writes through it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+MAX_REPORTED = 5
+
+
+class UnsafeCheckout(Exception):
+    """The checkout holds links that leave it; the message names them."""
+
+
+def inside(root: Path, path: str | Path) -> bool:
+    """`path` (relative to `root`, or absolute) stays inside `root` once every link is followed."""
+    text = str(path)
+    if not text or text.startswith("~") or "\x00" in text:
+        return False
+    candidate = Path(text) if text.startswith("/") else root / text
+    try:
+        return candidate.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def links_leaving(root: Path) -> list[str]:
+    """Every symbolic link under `root` whose target, followed, is outside `root` (dangling ones included:
+    what they point at could be created later)."""
+    found: list[str] = []
+    resolved_root = root.resolve()
+    for directory, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(directory) / name
+            if not path.is_symlink():
+                continue
+            try:
+                target = path.resolve()
+            except (OSError, RuntimeError):  # a loop of links
+                found.append(str(path.relative_to(root)))
+                continue
+            if not target.is_relative_to(resolved_root):
+                found.append(str(path.relative_to(root)))
+    return sorted(found)
+
+
+def check_links(root: Path) -> None:
+    """Raise UnsafeCheckout when the checkout links outside itself."""
+    found = links_leaving(root)
+    if found:
+        shown = ", ".join(found[:MAX_REPORTED]) + (f" and {len(found) - MAX_REPORTED} more"
+                                                   if len(found) > MAX_REPORTED else "")
+        raise UnsafeCheckout(f"The repository contains symbolic links that point outside it: {shown}")
+
+
+def write_new(directory: Path, name: str, text: str, mode: int = 0o644) -> Path:
+    """Write `directory/name` without following a link at that name: a fresh file (O_EXCL|O_NOFOLLOW) is
+    written and renamed over it. `name` is a plain file name, never a path."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"not a file name: {name!r}")
+    target = directory / name
+    temporary = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return target
+

@@ -1,0 +1,56 @@
+"""The environments the service's child processes get: enough to work, none of the service's secrets.
+
+- docker and compose keep the operator's Docker client configuration (HOME or DOCKER_CONFIG: the per-user
+  compose plugin, `docker login` credentials, contexts; DOCKER_HOST, DOCKER_CONTEXT, TLS settings);
+- git gets no user or system configuration at all (GIT_CONFIG_GLOBAL=/dev/null, GIT_CONFIG_NOSYSTEM);
+- build commands get PATH, HOME (the checkout) and the locale.
+
+Every child also carries a marker naming this service's state directory, so that after a crash the next
+start finds and stops what the previous run left running (orchestrator/leftovers.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
+                           "DOCKER_CERT_PATH")
+CHILD_MARKER = "PREVIEW_ORCHESTRATOR_CHILD_OF"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class HostEnv:
+    marker: str
+    inherited: Mapping[str, str] = field(default_factory=dict)  # the service's own environment
+
+    @classmethod
+    def for_state_dir(cls, state_dir: Path, inherited: Mapping[str, str] | None = None) -> HostEnv:
+        digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+        return cls(marker=digest, inherited=dict(os.environ if inherited is None else inherited))
+
+    def _base(self, home: str) -> dict[str, str]:
+        return {"PATH": self.inherited.get("PATH") or DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8",
+                CHILD_MARKER: self.marker}
+
+    def docker(self) -> dict[str, str]:
+        env = self._base(self.inherited.get("HOME") or "/root")
+        env.update({name: self.inherited[name] for name in DOCKER_CLIENT_VARIABLES if self.inherited.get(name)})
+        return env
+
+    def git(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = self._base("/nonexistent")
+        env.update({"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"})
+        env.update(extra or {})
+        return env
+
+    def commands(self, home: Path) -> dict[str, str]:
+        return self._base(str(home))
+
+    def tools(self) -> dict[str, str]:
+        """The operator's own programs (the proxy's test and reload commands)."""
+        return self._base(self.inherited.get("HOME") or "/root")

@@ -1,0 +1,62 @@
+"""The health wait: only 200 is healthy, probes every interval, and the last probe lands on the deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from orchestrator.commands import DeploymentLog
+from orchestrator.flow_control import FlowAborted, FlowControl
+from orchestrator.health import wait_healthy
+
+
+@pytest.fixture
+def app() -> Iterator[tuple[str, list[float], dict[str, int]]]:
+    """A server whose status is set by the test; it notes when each probe arrived."""
+    seen: list[float] = []
+    answer = {"status": 204}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(time.monotonic())
+            self.send_response(answer["status"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/health", seen, answer
+    server.shutdown()
+
+
+def test_only_200_is_healthy_and_the_last_probe_is_at_the_deadline(app, tmp_path: Path) -> None:  # noqa: ANN001
+    url, seen, _ = app
+    started = time.monotonic()
+    assert not wait_healthy(url, 0.25, 1.0, DeploymentLog(tmp_path / "log"), FlowControl(60))
+    assert len(seen) == 5  # at 0, 0.25, 0.5, 0.75 and 1.0 s: a 204 is not the app's health answer
+    assert seen[-1] - started >= 0.98
+
+
+def test_a_200_ends_the_wait(app, tmp_path: Path) -> None:  # noqa: ANN001
+    url, seen, answer = app
+    answer["status"] = 200
+    assert wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60))
+    assert len(seen) == 1
+
+
+def test_a_cancelled_flow_stops_waiting(app, tmp_path: Path) -> None:  # noqa: ANN001
+    url, _, _ = app
+    control = FlowControl(60)
+    threading.Timer(0.3, control.cancel, args=("the pull request was closed",)).start()
+    started = time.monotonic()
+    with pytest.raises(FlowAborted):
+        wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), control)
+    assert time.monotonic() - started < 2
