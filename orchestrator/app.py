@@ -42,8 +42,6 @@ class Lifespan:
         self._ttl: TtlScheduler | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
-        if not self._settings.allowed_repos:
-            log.warning("ALLOWED_REPOS is empty: every pull_request webhook will be refused with 403")
         startup = getattr(self._handler, "startup", None)
         if startup is not None:
             try:
@@ -92,7 +90,7 @@ def create_app(
     app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics, store))
     app.add_route("/metrics", MetricsResource(metrics))
     app.add_route("/api/plugins", PluginListResource(plugins))
-    app.add_route("/api/previews", PreviewListResource(store))
+    app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))

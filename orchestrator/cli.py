@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from orchestrator import __version__
-from orchestrator.settings import Settings, SettingsError, load_settings
+from orchestrator.settings import Settings, SettingsError, load_service_settings, load_settings
 from orchestrator.text_table import format_table
 
 
@@ -34,22 +34,79 @@ def _serve(args: argparse.Namespace) -> int:
     from orchestrator.logs import configure_logging
     from orchestrator.plugin_host import PluginError
 
-    settings = _settings_or_exit()
+    settings, secret_file = _service_settings_or_exit()
     configure_logging(settings.log_level, settings.secret_values())
+    if not _checks_pass(settings):
+        return 2
     try:
         app = create_app(settings)
     except (InboxError, PluginError, ImportError, ValueError) as exc:
         print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(
-        app,
-        host=args.host or settings.orchestrator_host,
-        port=args.port or settings.orchestrator_port,
-        log_config=None,
-        lifespan="on",
-        server_header=False,
-    )
+    host, port = args.host or settings.orchestrator_host, args.port or settings.orchestrator_port
+    print(next_steps(settings, secret_file, f"http://{host}:{port}"), flush=True)
+    uvicorn.run(app, host=host, port=port, log_config=None, lifespan="on", server_header=False)
     return 0
+
+
+def _service_settings_or_exit():  # noqa: ANN202
+    try:
+        return load_service_settings()
+    except SettingsError as exc:
+        _exit_on_settings_error(exc)
+
+
+def _checks_pass(settings: Settings) -> bool:
+    """Start-up runs doctor's checks: hard failures stop it (with doctor's lines), soft ones are warnings."""
+    import logging
+
+    from orchestrator import doctor
+    from orchestrator.host_env import HostEnv
+
+    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
+    failed = doctor.hard_failures(checks)
+    for check in failed:
+        print(f"preview-orchestrator: {check.line()}", file=sys.stderr)
+    for check in checks:
+        if not check.ok and not check.hard:
+            logging.getLogger("orchestrator.doctor").warning("%s", check.line())
+    return not failed
+
+
+def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -> str:
+    """What a user does next, in a few lines (the secret itself is never printed)."""
+    base = settings.preview_base_url or "http://localhost"
+    secret = (f"kept in {secret_file} (show it: sudo cat {secret_file})" if secret_file
+              else "from CODEHOST_WEBHOOK_SECRET")
+    repos = ", ".join(settings.allowed_repos) or "none yet: set ALLOWED_REPOS=owner/repo (environment or .env)"
+    return "\n".join([
+        f"preview-orchestrator {__version__} is serving on {service_url} (dashboard, API, /metrics)",
+        f"  webhook secret: {secret}",
+        f"  code host: add a webhook with URL {base}/webhook/codehost, content type application/json, that "
+        "secret, and the \"Pull requests\" event",
+        f"  allowed repositories: {repos}",
+        "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
+    ])
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from orchestrator import doctor
+    from orchestrator.host_env import HostEnv
+
+    settings, _ = _service_settings_or_exit()
+    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
+    sys.stdout.write(doctor.report(checks))
+    return 1 if doctor.hard_failures(checks) else 0
+
+
+def _setup_nginx(args: argparse.Namespace) -> int:
+    from orchestrator.host_env import HostEnv
+    from orchestrator.nginx_site import ensure_site
+
+    settings, _ = _service_settings_or_exit()
+    result = ensure_site(settings, HostEnv.for_state_dir(settings.state_dir))
+    print(result.message, file=sys.stdout if result.ok else sys.stderr)
+    return 0 if result.ok else 1
 
 
 def _plugin_host():  # noqa: ANN202
@@ -160,7 +217,7 @@ def _client(args: argparse.Namespace) -> int:
     from orchestrator.naming import is_valid_deployment_id
 
     url = service_client.service_url(args.url)
-    if args.command != "list" and not is_valid_deployment_id(args.id):
+    if args.command not in ("list", "up") and not is_valid_deployment_id(args.id):
         # Checked here too, so that an id like `../plugins` never becomes another URL.
         print(f"preview-orchestrator: invalid deployment id {args.id!r} (expected {{projectSlug}}-{{prNumber}}, "
               "e.g. acme-api-42)", file=sys.stderr)
@@ -168,6 +225,8 @@ def _client(args: argparse.Namespace) -> int:
     try:
         if args.command == "list":
             return service_client.list_previews(url, args.json)
+        if args.command == "up":
+            return service_client.up(url, args.dir, args.name, args.pr, args.follow)
         if args.command == "logs":
             return service_client.show_logs(url, args.id, args.follow)
         return service_client.cleanup(url, args.id)
@@ -219,9 +278,23 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing while a build runs")
     remove = commands.add_parser("cleanup", help="remove a preview now (as if its pull request closed)")
     remove.add_argument("id", metavar="ID", help="deployment id, e.g. acme-api-42")
-    for command in (listing, logs, remove):
+    down = commands.add_parser("down", help="remove a preview (the same as cleanup), e.g. one made by up")
+    down.add_argument("id", metavar="ID", help="deployment id, e.g. local-hello-1")
+    up = commands.add_parser("up", help="deploy DIR as it is now, through the running service, without a code "
+                             "host (same flow, record, ports, route and limits; no comment)")
+    up.add_argument("dir", type=Path, metavar="DIR")
+    up.add_argument("--name", help="the preview's name: local-NAME-N (default: the directory's name)")
+    up.add_argument("--pr", type=int, default=1, help="the number N in its id and URL (default 1)")
+    up.add_argument("--follow", "-f", action="store_true", help="print the build live")
+    for command in (listing, logs, remove, down, up):
         command.add_argument("--url", help=url_help)
         command.set_defaults(run=_client)
+
+    doctor = commands.add_parser("doctor", help="check this host: one line per requirement, the fix for each ✗")
+    doctor.set_defaults(run=_doctor)
+    nginx = commands.add_parser("setup-nginx", help="install an nginx site with the webhook location and the "
+                                "preview routes, unless a server already includes PROXY_CONFIG_DIR")
+    nginx.set_defaults(run=_setup_nginx)
     return parser
 
 

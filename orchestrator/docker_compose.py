@@ -57,6 +57,10 @@ class Compose:
         self._compose(project, compose_file, ["up", "--detach", "--remove-orphans"], compose_file.parent, log,
                       control=control)
 
+    def pull(self, project: str, compose_file: Path, service: str, log: DeploymentLog,
+             control: FlowControl) -> None:
+        self._compose(project, compose_file, ["pull", service], compose_file.parent, log, control=control)
+
     def stop(self, project: str, log: DeploymentLog | None) -> None:
         self._compose(project, None, ["stop"], None, log, timeout=120)
 
@@ -120,6 +124,11 @@ class DockerResources:
         for ident in removed:
             self._docker(["rm", "--force", ident], timeout=120)
         return removed
+
+    def image_command(self, image: str) -> tuple[list[str] | None, list[str] | None]:
+        """The ENTRYPOINT and CMD of a local image; CommandFailed when it is not on the engine."""
+        config = json.loads(self._docker(["image", "inspect", "--format", "{{json .Config}}", image]))
+        return config.get("Entrypoint"), config.get("Cmd")
 
     def published_host_ports(self) -> set[int]:
         """Host ports published by running containers (any project, not only ours)."""

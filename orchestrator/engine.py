@@ -38,8 +38,12 @@ from orchestrator.proxy import Proxy, ProxyError
 from orchestrator.rendering import (
     GENERATED_COMPOSE,
     REPO_COMPOSE_OUTPUT,
+    RenderedDeployment,
+    main_process,
     make_context,
     render_deployment,
+    rewrite_compose,
+    with_startup,
     write_rendered,
 )
 from orchestrator.settings import Settings
@@ -98,7 +102,7 @@ class DeployEngine:
     def handle(self, event: PullRequestEvent, control: FlowControl | None = None) -> None:
         control = control or unlimited()
         existing = self.store.read().deployments.get(event.deployment_id)
-        if existing is not None and not existing.belongs_to(event.repo_owner, event.repo_name):
+        if existing is not None and not existing.belongs_to(event):
             raise FlowError(foreign_repository_message(event.deployment_id, existing.repoOwner, existing.repoName))
         if event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
             self._refuse_fork(event)
@@ -206,6 +210,8 @@ class DeployEngine:
             self.compose.build(event.deployment_id, compose_file, target.log, control)
         except CommandFailed as exc:
             raise StepFailed("Docker build failed", exc.tail()) from None
+        if rendered.pending_startup is not None:
+            compose_file = self._startup_before_main(event, target, rendered, compose_file, control)
         try:
             self.compose.up(event.deployment_id, compose_file, target.log, control)
         except CommandFailed as exc:
@@ -223,19 +229,39 @@ class DeployEngine:
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
 
+    def _startup_before_main(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                             compose_file: Path, control: FlowControl) -> Path:
+        """startup_commands, then the image's own ENTRYPOINT and CMD (a repository that works with `docker run`
+        works as a preview): read from the built (or pulled) image, written into the compose file."""
+        pending = rendered.pending_startup
+        assert pending is not None
+        try:
+            try:
+                entrypoint, cmd = self.docker.image_command(pending.image)
+            except CommandFailed:  # an `image:` the build did not make: compose pulls it
+                self.compose.pull(event.deployment_id, compose_file, "app", target.log, control)
+                entrypoint, cmd = self.docker.image_command(pending.image)
+        except CommandFailed as exc:
+            raise StepFailed("The app image's entrypoint could not be read", exc.tail()) from None
+        main = main_process(pending, entrypoint, cmd)
+        if not main:
+            raise StepFailed("The app image has no ENTRYPOINT or CMD to run after startup_commands")
+        target.log.note(f"startup_commands, then the image's main process: {main}")
+        return rewrite_compose(target.work_dir, with_startup(rendered, pending.commands, main))
+
     def _checkout(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
         if not event.clone_url or not event.branch or not event.commit_sha:
             raise StepFailed("The pull request has no clone URL, branch or commit to deploy")
         try:
             if self.git.has_checkout(target.work_dir, target.git_dir):
                 self.git.checkout(event.clone_url, event.branch, event.commit_sha, target.work_dir,
-                                  target.git_dir, target.log, control)
+                                  target.git_dir, target.log, control, local=event.local)
             else:
                 _remove_tree(target.work_dir)  # a partial clone, or a checkout of the old layout (.git inside)
                 _remove_tree(target.git_dir)
                 target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
                 self.git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
-                               target.log, control)
+                               target.log, control, local=event.local)
             for private in (target.work_dir, target.git_dir):
                 private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
         except CloneRefused as exc:
@@ -268,9 +294,9 @@ class DeployEngine:
                 dbType=previous.dbType if previous else None, appPort=previous.appPort if previous else None,
                 exposedAppPort=allocation.exposedAppPort, exposedDbPort=allocation.exposedDbPort,
                 status="building", createdAt=previous.createdAt if previous else now, updatedAt=now,
-                url=self._url(event.project_slug, event.pr_number),
+                url=self.settings.preview_url(event.project_slug, event.pr_number),
                 commentId=comment_id if comment_id is not None else (previous.commentId if previous else None),
-                cloneUrl=event.clone_url, error=None,
+                cloneUrl=event.clone_url, error=None, source=event.source,
             )
             data.deployments[event.deployment_id] = record
             return record
@@ -439,6 +465,8 @@ class DeployEngine:
     def _refuse(self, event: PullRequestEvent, message: str) -> None:
         """One comment per pull request, also for refusals: there is no record to remember it, so the service's
         earlier comment is looked up on the code host and edited."""
+        if event.local:
+            return
         try:
             existing = self.codehost.find_marked_comment(event.repo_owner, event.repo_name, event.pr_number,
                                                          comments.MARKER)
@@ -448,6 +476,8 @@ class DeployEngine:
         self._comment(event, existing, comments.refused(message))
 
     def _comment(self, event: PullRequestEvent, comment_id: int | None, body: str) -> int | None:
+        if event.local:
+            return None  # no pull request to comment on
         try:
             new_id = self.codehost.upsert_comment(event.repo_owner, event.repo_name, event.pr_number,
                                                   comment_id, body)
@@ -460,7 +490,7 @@ class DeployEngine:
 
     def _report_start(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> int | None:
         """A code-host deployment for this commit, `in_progress`; the previous commit's becomes inactive."""
-        if not self.settings.codehost_deployments or not event.commit_sha:
+        if not self.settings.codehost_deployments or not event.commit_sha or event.local:
             return None
         environment = f"preview/{event.project_slug}/pr-{event.pr_number}"
         try:
@@ -496,9 +526,6 @@ class DeployEngine:
     def _limit_message(self) -> str:
         return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "
                 "(MAX_CONCURRENT_PREVIEWS); close another pull request, then push again")
-
-    def _url(self, slug: str, pr: int) -> str:
-        return f"{self.settings.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/"
 
     def _container_logs(self, project: str, compose_file: Path) -> str:
         try:

@@ -61,39 +61,46 @@ class Git:
         self._timeout = timeout
         self._env = env
 
-    def _environment(self, clone_url: str) -> dict[str, str]:
-        extra = {"GIT_ALLOW_PROTOCOL": ":".join(self._protocols)}
-        if self._token and token_applies(clone_url, self._api_url):
+    def _environment(self, clone_url: str, local: bool) -> dict[str, str]:
+        extra = {"GIT_ALLOW_PROTOCOL": "file" if local else ":".join(self._protocols)}
+        if local:
+            # A directory on this host, chosen by its operator (`preview-orchestrator up`); it may belong to
+            # another user, which git refuses unless told that this one directory is safe.
+            extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+                          "GIT_CONFIG_VALUE_0": clone_url})
+        elif self._token and token_applies(clone_url, self._api_url):
             basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
                           "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
         return self._env.git(extra)
 
     def _git(self, args: list[str], work_dir: Path, git_dir: Path | None, clone_url: str, log: DeploymentLog,
-             control: FlowControl | None) -> str:
+             control: FlowControl | None, local: bool) -> str:
         where = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={work_dir}"]
         return run(["git", *HARDENED, *where, *args], cwd=work_dir if git_dir else None,
-                   env=self._environment(clone_url), timeout=self._timeout, log=log, control=control)
+                   env=self._environment(clone_url, local), timeout=self._timeout, log=log, control=control)
 
     @staticmethod
     def has_checkout(work_dir: Path, git_dir: Path) -> bool:
         return work_dir.is_dir() and (git_dir / "HEAD").is_file()
 
     def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-              control: FlowControl | None = None) -> None:
-        problem = clone_url_problem(clone_url, self._protocols)
+              control: FlowControl | None = None, local: bool = False) -> None:
+        """`local`: `clone_url` is a directory of this host given by its operator (`preview-orchestrator up`),
+        cloned whatever ALLOWED_CLONE_PROTOCOLS says (it is for URLs from webhooks)."""
+        problem = clone_url_problem(clone_url, ("file",) if local else self._protocols)
         if problem:
             raise CloneRefused(problem)
         work_dir.parent.mkdir(parents=True, exist_ok=True)
         self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", clone_url, str(work_dir)],
-                  work_dir.parent, None, clone_url, log, control)
-        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control)
+                  work_dir.parent, None, clone_url, log, control, local)
+        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local)
 
     def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-                 control: FlowControl | None = None) -> None:
+                 control: FlowControl | None = None, local: bool = False) -> None:
         """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""
         def git(*args: str) -> str:
-            return self._git(list(args), work_dir, git_dir, clone_url, log, control)
+            return self._git(list(args), work_dir, git_dir, clone_url, log, control, local)
 
         git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
         try:

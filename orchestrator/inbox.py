@@ -189,10 +189,12 @@ class Inbox:
             "SELECT event_json FROM events WHERE deployment_id = ? AND status IN ('pending', 'running')",
             (event.deployment_id,),
         ).fetchall()
-        mine = f"{event.repo_owner}/{event.repo_name}".lower()
+        def owner(of: PullRequestEvent) -> tuple[str, str]:
+            return of.source, f"{of.repo_owner}/{of.repo_name}".lower()
+
         for (event_json,) in rows:
             other = PullRequestEvent.model_validate_json(event_json)
-            if f"{other.repo_owner}/{other.repo_name}".lower() != mine:
+            if owner(other) != owner(event):
                 raise DeploymentTaken(other.repo_owner, other.repo_name)
 
     def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:

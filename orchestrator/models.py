@@ -12,6 +12,9 @@ from orchestrator.naming import SHA_PATTERN, branch_problem
 DeploymentStatus = Literal["building", "running", "failed"]
 PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
 HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
+# Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
+PreviewSource = Literal["codehost", "local"]
+LOCAL_OWNER = "local"
 
 MAX_PR_NUMBER = 2**31 - 1
 
@@ -95,6 +98,12 @@ class PullRequestEvent(BaseModel):
     head_repo_full_name: str | None = None
     base_ref: str | None = None
     received_at: datetime
+    source: PreviewSource = "codehost"
+
+    @property
+    def local(self) -> bool:
+        """Made by `preview-orchestrator up`: no comment and no deployment status on any code host."""
+        return self.source == "local"
 
     @property
     def from_fork(self) -> bool:
@@ -109,7 +118,7 @@ def event_for_record(record: DeploymentRecord, action: PullRequestAction, delive
         delivery_id=delivery_id, action=action, deployment_id=record.deploymentId,
         project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
         pr_number=record.prNumber, branch=record.branch, commit_sha=record.commitSha,
-        received_at=datetime.now(UTC),
+        received_at=datetime.now(UTC), source=record.source, clone_url=record.cloneUrl,
     )
 
 
@@ -149,11 +158,15 @@ class DeploymentRecord(BaseModel):
     codehostDeploymentId: int | None = Field(
         default=None, description="The code host's deployment for the current commit; null when not reported"
     )
+    source: PreviewSource = Field(
+        default="codehost", description="codehost: a pull request; local: `preview-orchestrator up` on the host"
+    )
 
 
-    def belongs_to(self, owner: str, name: str) -> bool:
-        """Whether this preview is of the repository `owner/name` (names compare case-insensitively)."""
-        return f"{self.repoOwner}/{self.repoName}".lower() == f"{owner}/{name}".lower()
+    def belongs_to(self, event: PullRequestEvent) -> bool:
+        """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""
+        return (self.source == event.source
+                and f"{self.repoOwner}/{self.repoName}".lower() == f"{event.repo_owner}/{event.repo_name}".lower())
 
 
 def foreign_repository_message(deployment_id: str, owner: str, name: str) -> str:
@@ -177,6 +190,47 @@ class StoreFile(BaseModel):
 
 
 # HTTP bodies ----------------------------------------------------------------------------------
+
+
+class LocalPreviewRequest(BaseModel):
+    """`POST /api/previews`: deploy a git repository of this host (what `preview-orchestrator up` sends)."""
+
+    model_config = ConfigDict(extra="forbid", title="LocalPreviewRequest")
+
+    path: str = Field(max_length=4096, description="Absolute path of a git repository on the service's host")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$", description="Names the preview: local-{name}")
+    pr: int = Field(default=1, ge=1, le=56_000, description="The number in the preview's id and URL")
+    branch: str = Field(description="Branch of the repository to deploy")
+    sha: str = Field(description="Commit to deploy (the branch's head)")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\x00" in value or any(ord(c) < 0x20 for c in value):
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        if problem := branch_problem(value):
+            raise ValueError(f"branch name {problem}")
+        return value
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not SHA_PATTERN.match(value):
+            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
+        return value
+
+
+class LocalPreviewAccepted(BaseModel):
+    model_config = ConfigDict(title="LocalPreviewAccepted")
+
+    status: Literal["ok"] = "ok"
+    deploymentId: str
+    url: str
 
 
 class ErrorBody(BaseModel):

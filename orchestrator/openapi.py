@@ -80,6 +80,8 @@ def build_openapi(server_url: str | None) -> dict[str, Any]:
                 models.CleanupResult,
                 models.ErrorBody,
                 models.DeploymentList,
+                models.LocalPreviewRequest,
+                models.LocalPreviewAccepted,
                 models.WebhookPayload,
                 models.PluginList,
             )
@@ -175,7 +177,21 @@ def _paths() -> dict[str, Any]:
                     "200": {"description": "Tracked deployments", "content": _json("DeploymentList")},
                     "500": _error("The tracking store cannot be read"),
                 },
-            }
+            },
+            "post": {
+                "operationId": "deployLocalPreview",
+                "summary": "Deploy a git repository of the service's host (`preview-orchestrator up`)",
+                "description": "The same flow as a pull request's `opened`, with `source: local`: no comment and "
+                               "no deployment status. Switched off with LOCAL_PREVIEWS=false.",
+                "requestBody": {"required": True, "content": _json("LocalPreviewRequest")},
+                "responses": {
+                    "202": {"description": "Accepted; the deploy runs in the background",
+                            "content": _json("LocalPreviewAccepted")},
+                    "400": _error("Not a git repository, or a field is not valid"),
+                    "403": _error("Local previews are switched off (LOCAL_PREVIEWS=false)"),
+                    "409": _error("Preview limit reached, or the id belongs to another repository"),
+                },
+            },
         },
         "/api/previews/{deploymentId}": {
             "delete": {

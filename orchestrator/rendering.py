@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,17 @@ RESOURCES = {
 }
 
 
+@dataclass(frozen=True)
+class PendingStartup:
+    """startup_commands in front of a main process that is the image's own (a repository's Dockerfile or compose
+    file): it is known once the image is built, from its ENTRYPOINT and CMD (see `main_process`)."""
+
+    commands: list[str]
+    image: str
+    entrypoint: list[str] | None = None  # the compose file's own `entrypoint`, replacing the image's
+    command: list[str] | None = None  # the compose file's own `command`, replacing the image's CMD
+
+
 @dataclass
 class RenderedDeployment:
     """What a deploy writes into the work directory and which compose file it then runs."""
@@ -53,9 +63,34 @@ class RenderedDeployment:
     files: dict[str, str] = field(default_factory=dict)
     rename: tuple[str, str] | None = None  # compose.preview.yaml -> compose.preview.yml
     repository_owned: bool = False
+    pending_startup: PendingStartup | None = None
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)
+
+
+def main_process(pending: PendingStartup, image_entrypoint: list[str] | None,
+                 image_cmd: list[str] | None) -> list[str]:
+    """What `docker run` of the app would run: Docker's rule, where a compose `entrypoint` also drops the
+    image's CMD."""
+    if pending.entrypoint is not None:
+        return [*pending.entrypoint, *(pending.command or [])]
+    return [*(image_entrypoint or []), *(pending.command if pending.command is not None else image_cmd or [])]
+
+
+def with_startup(rendered: RenderedDeployment, commands: list[str], main: list[str]) -> RenderedDeployment:
+    """The app service runs `commands`, then `main`; the compose file is planned again."""
+    compose = {**rendered.compose, "services": dict(rendered.compose["services"])}
+    compose["services"]["app"] = {**compose["services"]["app"], **_escape(_startup(commands, main))}
+    files = {**rendered.files, rendered.compose_file: dump_compose(compose)}
+    return RenderedDeployment(rendered.compose_file, compose, files, rendered.rename, rendered.repository_owned)
+
+
+def _startup(commands: list[str], main: list[str]) -> dict[str, list[str]]:
+    """The app's entrypoint and command when startup_commands are set: the commands run in order (`set -e`: the
+    first failure stops the container), then the main process, given as arguments, is exec'd unchanged."""
+    return {"entrypoint": ["/bin/sh", "-c", "\n".join(["set -e", *commands, 'exec "$@"']), "preview-startup"],
+            "command": list(main)}
 
 
 def make_context(
@@ -100,6 +135,11 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
     for name, text in rendered.files.items():
         write_new(repo_dir, name, text)
     return repo_dir / rendered.compose_file
+
+
+def rewrite_compose(repo_dir: Path, rendered: RenderedDeployment) -> Path:
+    """Write the compose file again (after `with_startup`), never through a link."""
+    return write_new(repo_dir, rendered.compose_file, rendered.compose_text())
 
 
 def dump_compose(compose: dict[str, Any]) -> str:
@@ -148,8 +188,11 @@ def _generated(
     }
     if config.env_file:
         app_service["env_file"] = [config.env_file]
-    if config.startup_commands:
-        app_service["entrypoint"] = _startup_entrypoint(config, app.command)
+    pending = None
+    if config.startup_commands and dockerfile == INJECTED_DOCKERFILE:
+        app_service.update(_startup(config.startup_commands, app.command))
+    elif config.startup_commands:  # the repository's Dockerfile: its image says what the main process is
+        pending = PendingStartup(config.startup_commands, image=f"{context.deployment_id}-app")
 
     db_port = host.provided.databases[config.database].port
     db_service = {
@@ -177,6 +220,7 @@ def _generated(
         compose_file=GENERATED_COMPOSE,
         compose=escaped,
         files={**files, GENERATED_COMPOSE: dump_compose(escaped)},
+        pending_startup=pending,
     )
 
 
@@ -199,12 +243,6 @@ def _extra(host: PluginHost, name: str, context: RenderContext) -> ServiceWiring
     if answer is None:
         raise ConfigError([f"extra service {name} has no template; a plugin is missing"])
     return ServiceWiring.model_validate(answer)
-
-
-def _startup_entrypoint(config: PreviewConfig, main: list[str]) -> list[str]:
-    # `set -e`: the first failing command stops the container before the app starts.
-    script = "\n".join(["set -e", *config.startup_commands, f"exec {shlex.join(main)}"])
-    return ["/bin/sh", "-c", script]
 
 
 def _apply_common(compose: dict[str, Any], context: RenderContext) -> None:
@@ -292,10 +330,11 @@ def _repository_owned(
     if config.env_file:
         existing = app.get("env_file") or []
         app["env_file"] = [*(existing if isinstance(existing, list) else [existing]), config.env_file]
+    pending = None
     if config.startup_commands:
-        main = ["/bin/sh", "-c", f"exec {config.app_entrypoint}"]
-        app["entrypoint"] = _escape(_startup_entrypoint(config, main))
-        app.pop("command", None)
+        pending = PendingStartup(
+            config.startup_commands, image=app.get("image") or f"{context.deployment_id}-app",
+            entrypoint=_unescape(app.get("entrypoint")), command=_unescape(app.get("command")))
     if isinstance(services.get("db"), dict):
         db_port = host.provided.databases[config.database].port
         services["db"]["container_name"] = context.container_name("db")
@@ -308,7 +347,16 @@ def _repository_owned(
         files={REPO_COMPOSE_OUTPUT: dump_compose(compose)},
         rename=("compose.preview.yaml", "compose.preview.yml") if name.endswith(".yaml") else None,
         repository_owned=True,
+        pending_startup=pending,
     )
+
+
+def _unescape(value: Any) -> list[str] | None:
+    """A command list from `docker compose config` (which prints a literal `$` as `$$`), as the process sees it."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    return [str(item).replace("$$", "$") for item in items]
 
 
 def _environment_dict(environment: Any) -> dict[str, Any]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from orchestrator.state_secrets import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
@@ -89,6 +92,12 @@ class Settings(PluginSettings):
     health_check_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     proxy_test_command: str = "nginx -t"
     proxy_reload_command: str = "nginx -s reload"
+    # `preview-orchestrator setup-nginx`: the site it installs when no server includes PROXY_CONFIG_DIR yet.
+    proxy_listen_port: int = Field(default=80, ge=1, le=65535)
+    proxy_site_file: Path = Path("/etc/nginx/sites-enabled/preview-orchestrator.conf")
+    # `preview-orchestrator up`: deploy a local directory through POST /api/previews (anyone who can reach the
+    # API can then make the service read a directory; switch it off on a host shared with untrusted users).
+    local_previews: bool = True
     # Clone URLs must use one of these git transports (`file` is for local mirrors and tests).
     allowed_clone_protocols: Annotated[tuple[str, ...], NoDecode] = ("https",)
     git_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -170,6 +179,10 @@ class Settings(PluginSettings):
         """The inbox lives beside the tracking store unless INBOX_DB says otherwise."""
         return self.inbox_db or self.deployments_db.with_name("inbox.sqlite3")
 
+    def preview_url(self, slug: str, pr: int) -> str:
+        """`{PREVIEW_BASE_URL}/{projectSlug}/pr-{N}/`, the URL in comments and records."""
+        return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/"
+
     @property
     def api_server_url(self) -> str | None:
         """`servers[].url` of the API description: public URL, then preview base URL, else none."""
@@ -193,6 +206,26 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
+
+
+WEBHOOK_SECRET_MISSING = "CODEHOST_WEBHOOK_SECRET is required but not set"  # noqa: S105 - a message
+
+
+def load_service_settings() -> tuple[Settings, Path | None]:
+    """Settings for `serve`, `doctor` and `setup-nginx`. Without CODEHOST_WEBHOOK_SECRET, a strong one is
+    generated on the first start and kept in the state directory (`webhook-secret`, 0600); later starts reuse
+    it. Returns the settings and that file when it is the secret's source. Other bad variables are reported
+    first, and then nothing is generated."""
+    try:
+        return load_settings(), None
+    except SettingsError as exc:
+        others = [line for line in exc.lines if line != WEBHOOK_SECRET_MISSING]
+        if others:  # reported alone: the secret is made once the rest is right
+            raise SettingsError(others) from None
+    # Only the state directory is wanted here; the real secret comes from the file.
+    path = load_settings(codehost_webhook_secret="unused").state_dir / "webhook-secret"  # noqa: S106
+    secret = read_or_create(path, lambda: secrets.token_hex(32).encode()).decode().strip()
+    return load_settings(codehost_webhook_secret=secret), path
 
 
 def load_plugin_settings(**overrides: Any) -> PluginSettings:

@@ -69,7 +69,7 @@ def parse_delivery(
     try:
         payload = WebhookPayload.model_validate(document)
     except ValidationError as exc:
-        raise WebhookRejected(400, "Invalid payload: " + _first_problem(exc)) from None
+        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
     full_name = payload.repository.full_name
     if full_name.lower() not in allowed_repos:
         raise WebhookRejected(403, "Repository not in allowed list")
@@ -111,7 +111,8 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return document
 
 
-def _first_problem(exc: ValidationError) -> str:
+def describe_problems(exc: ValidationError) -> str:
+    """The first three problems of a validation error, each naming its field."""
     problems = []
     for error in exc.errors(include_input=False, include_url=False)[:3]:
         where = ".".join(str(part) for part in error["loc"])

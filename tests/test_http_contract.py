@@ -65,8 +65,10 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "prNumber", "repoName", "repoOwner", "projectSlug", "deploymentId", "branch", "commitSha",
         "framework", "dbType", "appPort", "exposedAppPort", "exposedDbPort", "status", "createdAt",
         "updatedAt", "url", "commentId",
-        "cloneUrl", "error", "codehostDeploymentId",  # ours, documented in docs/decisions.md
+        "cloneUrl", "error", "codehostDeploymentId", "source",  # ours, documented in docs/decisions.md
     }
+    local = doc["paths"]["/api/previews"]["post"]
+    assert set(local["responses"]) == {"202", "400", "403", "409"}
     assert record["properties"]["status"]["enum"] == ["building", "running", "failed"]
     assert record["properties"]["commentId"]["nullable"] is True
     payload = doc["components"]["schemas"]["GitHubWebhookPayload"]

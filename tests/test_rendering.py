@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.checkout import load_checkout_config
+from orchestrator.checkout_paths import write_new
 from orchestrator.docker_compose import Compose
 from orchestrator.host_env import HostEnv
 from orchestrator.plugin_host import PluginHost
@@ -19,8 +20,11 @@ from orchestrator.preview_config import ConfigError
 from orchestrator.rendering import (
     DEPLOYMENT_LABEL,
     INJECTED_DOCKERFILE,
+    PendingStartup,
+    main_process,
     make_context,
     render_deployment,
+    with_startup,
     write_rendered,
 )
 from tests.support.compose import compose_config
@@ -114,8 +118,10 @@ def test_env_env_file_port_variable_and_startup_commands(host: PluginHost, tmp_p
     assert env["HOME_DIR"] == "$$HOME"
     assert env["DATABASE_URL"] == "override"  # the repository's env wins over wiring
     assert env["FROM_FILE"] == "1"
-    assert app["entrypoint"] == ["/bin/sh", "-c",
-                                 "set -e\npython3 migrate.py\necho '$$ready'\nexec /bin/sh -c 'exec python3 app.py'"]
+    # the startup commands in order, then the injected Dockerfile's main process, exec'd as given ("$@")
+    assert app["entrypoint"] == ["/bin/sh", "-c", "set -e\npython3 migrate.py\necho '$$ready'\nexec \"$$@\"",
+                                 "preview-startup"]
+    assert app["command"] == ["/bin/sh", "-c", "exec python3 app.py"]
 
 
 def test_image_overrides_reach_services_and_dockerfiles(host: PluginHost, tmp_path: Path) -> None:
@@ -183,7 +189,13 @@ def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path
     assert [(p["host_ip"], p["published"], p["target"]) for p in services["db"]["ports"]] == [
         ("127.0.0.1", "9007", 5432)]
     assert services["app"]["environment"] == {"EXISTING": "1", "ADDED": "2", "PORT": "3000"}
-    assert services["app"]["entrypoint"][2].startswith("set -e\nnpm run migrate\nexec ")
+    # the repository's image decides the main process: known once it is built
+    assert rendered.pending_startup == PendingStartup(["npm run migrate"], image="acme-shop-api-7-app")
+    started = with_startup(rendered, ["npm run migrate"], ["node", "dist/main.js", "$PORT"])
+    write_new(repo, started.compose_file, started.compose_text())
+    app = yaml.safe_load(compose_config(repo, started.compose_file))["services"]["app"]
+    assert app["entrypoint"] == ["/bin/sh", "-c", "set -e\nnpm run migrate\nexec \"$$@\"", "preview-startup"]
+    assert app["command"] == ["node", "dist/main.js", "$$PORT"]
     assert services["worker"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
     assert services["worker"]["deploy"]["resources"]["limits"]["memory"] == "536870912"
 
@@ -274,3 +286,15 @@ def test_database_password_is_stable_per_deployment_and_differs_between_them() -
     assert first == make_context("a", "b", 1, 8555, 9555, KEY).db_password
     assert first != make_context("a", "b", 2, 8001, 9001, KEY).db_password
     assert first != make_context("a", "b", 1, 8001, 9001, b"other key").db_password
+
+
+@pytest.mark.parametrize(("compose_entrypoint", "compose_command", "expected"), [
+    (None, None, ["docker-entrypoint.sh", "node", "server.js"]),  # the image's ENTRYPOINT and CMD
+    (None, ["npm", "start"], ["docker-entrypoint.sh", "npm", "start"]),  # a compose command replaces CMD
+    (["tini", "--"], None, ["tini", "--"]),  # a compose entrypoint drops the image's CMD, as Docker does
+    (["tini", "--"], ["node", "a.js"], ["tini", "--", "node", "a.js"]),
+])
+def test_the_main_process_after_startup_commands_follows_dockers_rules(compose_entrypoint, compose_command,  # noqa: ANN001
+                                                                        expected) -> None:
+    pending = PendingStartup(["true"], image="x", entrypoint=compose_entrypoint, command=compose_command)
+    assert main_process(pending, ["docker-entrypoint.sh"], ["node", "server.js"]) == expected

@@ -93,7 +93,8 @@ def test_missing_or_empty_secret_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_serve_stops_with_one_line_per_bad_variable(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "CODEHOST_TOKEN": SECRET_VALUE, "CLEANUP_TTL_DAYS": "x",
-           "HOME": str(tmp_path)}
+           "HOME": str(tmp_path), "DEPLOYMENTS_DB": str(tmp_path / "state" / "deployments.json"),
+           "LOG_LEVEL": "loud"}
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "serve"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
@@ -103,8 +104,10 @@ def test_serve_stops_with_one_line_per_bad_variable(tmp_path: Path) -> None:
     assert sorted(lines) == [
         "preview-orchestrator: configuration error: CLEANUP_TTL_DAYS is not valid: "
         "Input should be a valid integer, unable to parse string as an integer",
-        "preview-orchestrator: configuration error: CODEHOST_WEBHOOK_SECRET is required but not set",
-    ]
+        "preview-orchestrator: configuration error: LOG_LEVEL is not valid: "
+        "Input should be 'debug', 'info', 'warn' or 'error'",
+    ]  # the missing webhook secret is not among them: it is generated once the rest is right
+    assert not (tmp_path / "state").exists()  # and nothing was generated meanwhile
     assert SECRET_VALUE not in result.stderr + result.stdout
 
 

@@ -1,4 +1,4 @@
-"""GET /api/previews, DELETE /api/previews/{deploymentId} and (handed on) GET /api/previews/{id}/logs."""
+"""GET and POST /api/previews, DELETE /api/previews/{deploymentId} and (handed on) GET /api/previews/{id}/logs."""
 
 from __future__ import annotations
 
@@ -8,26 +8,71 @@ import uuid
 
 import falcon
 from falcon.asgi import Request, Response
+from pydantic import ValidationError
 
 from orchestrator.api.deployment_logs import DeploymentLogResource
 from orchestrator.dispatcher import Dispatcher
-from orchestrator.inbox import Inbox
-from orchestrator.models import CleanupResult, event_for_record
+from orchestrator.inbox import DeploymentTaken, Inbox
+from orchestrator.local_previews import LocalPreviewRefused, local_event
+from orchestrator.models import (
+    CleanupResult,
+    LocalPreviewAccepted,
+    LocalPreviewRequest,
+    event_for_record,
+    foreign_repository_message,
+)
 from orchestrator.naming import is_valid_deployment_id
+from orchestrator.settings import Settings
 from orchestrator.store import DeploymentStore
+from orchestrator.webhook import describe_problems
 
 log = logging.getLogger("orchestrator.previews")
 
 
 class PreviewListResource:
-    def __init__(self, store: DeploymentStore) -> None:
+    """GET lists every preview; POST deploys a git repository of this host (`preview-orchestrator up`)."""
+
+    def __init__(self, store: DeploymentStore, inbox: Inbox, dispatcher: Dispatcher, settings: Settings) -> None:
         self._store = store
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+        self._settings = settings
 
     async def on_get(self, req: Request, resp: Response) -> None:
         # The DeploymentList shape, joined from the store's cached per-record JSON (10,000 records stay fast).
         records = await asyncio.to_thread(self._store.records_json)
         resp.content_type = falcon.MEDIA_JSON
         resp.data = b'{"deployments": [' + b", ".join(records) + b"]}"
+
+    async def on_post(self, req: Request, resp: Response) -> None:
+        if not self._settings.local_previews:
+            raise falcon.HTTPForbidden(description="Local previews are switched off (LOCAL_PREVIEWS=false)")
+        try:
+            request = LocalPreviewRequest.model_validate(await req.get_media())
+            event = local_event(request)
+        except ValidationError as exc:
+            raise falcon.HTTPBadRequest(description="Invalid request: " + describe_problems(exc)) from None
+        except LocalPreviewRefused as exc:
+            raise falcon.HTTPBadRequest(description=str(exc)) from None
+        data = await asyncio.to_thread(self._store.read)
+        existing = data.deployments.get(event.deployment_id)
+        if existing is not None and not existing.belongs_to(event):
+            raise falcon.HTTPConflict(description=foreign_repository_message(
+                event.deployment_id, existing.repoOwner, existing.repoName))
+        if existing is None and len(data.deployments) >= self._settings.max_concurrent_previews:
+            raise falcon.HTTPConflict(description=f"Preview limit reached: {len(data.deployments)} previews "
+                                      "exist (MAX_CONCURRENT_PREVIEWS)")
+        try:
+            await asyncio.to_thread(self._inbox.accept, event)
+        except DeploymentTaken as taken:
+            raise falcon.HTTPConflict(description=foreign_repository_message(
+                event.deployment_id, taken.owner, taken.name)) from None
+        log.info("local preview of %s requested", request.path, extra={"deploymentId": event.deployment_id})
+        self._dispatcher.notify()
+        resp.status = falcon.HTTP_202
+        resp.media = LocalPreviewAccepted(
+            deploymentId=event.deployment_id,
+            url=self._settings.preview_url(event.project_slug, event.pr_number)).model_dump()
 
 
 LOGS_SUFFIX = "/logs"

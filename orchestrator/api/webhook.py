@@ -100,7 +100,7 @@ class WebhookResource:
         """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one
         must never update or remove the other's preview."""
         record = self._store.read().deployments.get(event.deployment_id)
-        if record is not None and not record.belongs_to(event.repo_owner, event.repo_name):
+        if record is not None and not record.belongs_to(event):
             raise DeploymentTaken(record.repoOwner, record.repoName)
 
 

@@ -89,6 +89,8 @@ class FakeCodeHost:
                 status, headers = self.failures.pop(0)
                 return status, {"message": "injected failure"}, headers
             path = path.split("?", 1)[0]
+            if method == "GET" and path == "/rate_limit":
+                return 200, {"resources": {"core": {"limit": 5000, "remaining": 4999, "reset": 0}}}, {}
             created = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments", path)
             if method == "GET" and created:
                 listed = [{"id": key, "body": c["body"]} for key, c in sorted(self.comments.items())

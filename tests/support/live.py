@@ -22,11 +22,14 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    def __init__(self, workdir: Path, port: int | None = None, **env: str) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, drop: tuple[str, ...] = (), **env: str) -> None:
+        """`drop`: variables the service must not get at all (`env` adds or replaces)."""
         self.workdir = workdir
         self.port = port or free_port()
+        self.drop = drop
         self.extra_env = dict(env)  # to start the same service again
-        self.log_path = workdir / "service.log"
+        self.log_path = workdir / "service.log"  # standard error: the JSON log lines
+        self.out_path = workdir / "service.out"  # standard output: what `serve` tells its user
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(workdir),
@@ -39,8 +42,12 @@ class ServiceProcess:
             "DEPLOYMENTS_DIR": str(workdir / "deployments"),
             "PROXY_CONFIG_DIR": str(workdir / "proxy"),
             "LOG_LEVEL": "debug",
+            # Start-up asks the code host for its rate limit: a closed local port, never the internet.
+            "CODEHOST_API_URL": "http://127.0.0.1:9",
             **env,
         }
+        for name in drop:
+            self.env.pop(name, None)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -48,15 +55,15 @@ class ServiceProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> ServiceProcess:
-        log = self.log_path.open("ab")
+        log, out = self.log_path.open("ab"), self.out_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "serve"],
-            cwd=self.workdir, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=self.workdir, env=self.env, stdout=out, stderr=log,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"service exited early:\n{self.log_path.read_text()}")
+                raise RuntimeError(f"service exited early:\n{self.log_path.read_text()}{self.out_path.read_text()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return self

@@ -1,4 +1,5 @@
-"""Real GitHub payloads from shared/fixtures, signed the way GitHub signs them."""
+"""Real GitHub payloads (tests/fixtures/codehost-webhooks, from octokit/webhooks, MIT), signed the way GitHub
+signs them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "codehost-webhooks"
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "codehost-webhooks"
 SECRET = "test-webhook-secret-5f1c"
 FIXTURE_REPO = "Codertocat/Hello-World"
 FIXTURE_DEPLOYMENT = "codertocat-hello-world-2"
