@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestrator.state_secrets import read_or_create
+from orchestrator.common.secret_files import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
@@ -85,7 +85,7 @@ class Settings(PluginSettings):
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
-    event_handler: str = "orchestrator.engine:DeployEngine"
+    event_handler: str = "orchestrator.flows:DeployEngine"
     # Pull requests whose head repository is not the base repository run code from outside the team.
     allow_fork_prs: bool = False
     health_check_interval_seconds: float = Field(default=5.0, gt=0, le=600)
@@ -108,6 +108,30 @@ class Settings(PluginSettings):
     # The most one deploy, update or cleanup may take, all steps together; then it fails (and stops its commands).
     flow_timeout_seconds: float = Field(default=3600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # What reviewers meet (docs/routing.md, docs/security.md). `path`: {PREVIEW_BASE_URL}/{slug}/pr-{N}/ (the
+    # spec's route); `host`: {slug}-pr-{N}.{PREVIEW_DOMAIN}, one nginx server per preview (wildcard DNS).
+    preview_routing: Literal["path", "host"] = "path"
+    preview_domain: str | None = Field(default=None, max_length=200,
+                                       pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    # A wildcard certificate for *.{PREVIEW_DOMAIN} (host routing): HTTPS on PREVIEW_TLS_PORT, HTTP redirected.
+    preview_tls_cert: Path | None = None
+    preview_tls_key: Path | None = None
+    preview_tls_port: int = Field(default=443, ge=1, le=65535)
+    # Who may open a preview: `none` (the spec), `basic` (HTTP basic authentication, PREVIEW_PROTECTION_USERS
+    # `user:password,...` or an htpasswd file PREVIEW_PROTECTION_USERS_FILE), `token` (a signed, expiring link in
+    # the pull-request comment sets a cookie for that preview only). Recommended: basic or token.
+    preview_protection: Literal["none", "basic", "token"] = "none"
+    preview_protection_users: SecretStr = SecretStr("")
+    preview_protection_users_file: Path | None = None
+    preview_token_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 365)
+    # Which pull requests get a preview. Drafts: skipped unless PREVIEW_DRAFTS=true (`ready_for_review` deploys);
+    # `converted_to_draft` removes the preview, or keeps it with PREVIEW_DRAFT_CONVERTED=keep.
+    preview_drafts: bool = False
+    preview_draft_converted: Literal["remove", "keep"] = "remove"
+    # Only pull requests carrying this label get a preview (`labeled` deploys, `unlabeled` removes); empty: all.
+    preview_label: str = Field(default="", max_length=50)
+    # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
+    runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
@@ -152,6 +176,14 @@ class Settings(PluginSettings):
     def _secret_not_empty(cls, value: SecretStr) -> SecretStr:
         if not value.get_secret_value().strip():
             raise ValueError("must not be empty")
+        return value
+
+    @field_validator("preview_routing", "preview_protection")
+    @classmethod
+    def _built_yet(cls, value: str) -> str:
+        # Accepted only once it works: a setting that silently did nothing would leave previews open.
+        if value in ("host", "basic", "token"):
+            raise ValueError(f"{value!r} is not available in this release (docs/routing.md)")
         return value
 
     @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")

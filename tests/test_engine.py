@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.dispatcher import Dispatcher
-from orchestrator.engine import INTERRUPTED, DeployEngine
-from orchestrator.handler import FlowError
-from orchestrator.inbox import Inbox
-from orchestrator.models import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
-from orchestrator.rendering import DEPLOYMENT_LABEL
-from orchestrator.ttl import TtlScheduler
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import Inbox
+from orchestrator.events.ttl import TtlScheduler
+from orchestrator.flows.engine import INTERRUPTED, DeployEngine
+from orchestrator.flows.handler import FlowError
+from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
 from tests.conftest import SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.standins import require_engine
@@ -33,7 +33,8 @@ def codehost() -> Iterator[FakeCodeHost]:
 
 
 def make_engine(make_settings: SettingsFactory, codehost: FakeCodeHost, **overrides: object) -> DeployEngine:
-    values = {"codehost_api_url": codehost.url, "proxy_test_command": "true", "proxy_reload_command": "true",
+    values = {"codehost_api_url": codehost.url, "proxy_listen_port": 1,
+              "proxy_test_command": "true", "proxy_reload_command": "true",
               "codehost_retry_base_seconds": 0.0, **overrides}
     return DeployEngine(make_settings(**values))
 

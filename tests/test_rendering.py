@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.checkout import load_checkout_config
-from orchestrator.checkout_paths import write_new
-from orchestrator.docker_compose import Compose
-from orchestrator.host_env import HostEnv
-from orchestrator.plugin_host import PluginHost
-from orchestrator.preview_config import ConfigError
-from orchestrator.rendering import (
-    DEPLOYMENT_LABEL,
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.preview_config import ConfigError
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import (
     INJECTED_DOCKERFILE,
     PendingStartup,
     main_process,
@@ -27,6 +25,8 @@ from orchestrator.rendering import (
     with_startup,
     write_rendered,
 )
+from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.runtime.compose_cli import Compose
 from tests.support.compose import compose_config
 from tests.support.repos import config_for, make_repo, snapshot_tree
 

@@ -1,0 +1,227 @@
+"""The steps of a deploy or update, in order: checkout, preview-config.yml, build_commands, render, build,
+startup_commands' main process, start, health, route. Each step turns its adapter's failure into StepFailed with
+the spec's message."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from orchestrator.adapters.build_commands import BuildCommandError
+from orchestrator.adapters.commands import CommandFailed
+from orchestrator.adapters.git import CloneRefused
+from orchestrator.adapters.health import AppStopped, wait_healthy
+from orchestrator.adapters.nginx import ProxyError
+from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.flows.context import FlowContext, StepFailed, Target
+from orchestrator.flows.records import set_fields
+from orchestrator.flows.stages import StageClock
+from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
+from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import (
+    RenderedDeployment,
+    main_process,
+    make_context,
+    render_deployment,
+    rewrite_compose,
+    with_startup,
+    write_rendered,
+)
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent
+
+TAIL = 40  # lines of the app's output in a failure comment (the error line is shown above them)
+OUTPUT_LINES = 200  # of each container, into the deployment log
+OUTPUT_BYTES = 64 * 1024
+
+
+class BuildSteps:
+    def __init__(self, context: FlowContext) -> None:
+        self.c = context
+
+    def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
+            route_served: bool) -> dict[str, float]:
+        """Every step, each timed (StageClock); returns the seconds of each stage."""
+        clock = StageClock(target.log, self.c.metrics)
+        with clock.stage("checkout"):
+            self.checkout(event, target, control)
+            config = self.configure(event, target)
+        with clock.stage("build_commands"):
+            self.build_commands(event, target, config, control)
+        with clock.stage("render"):
+            rendered, compose_file = self.render(event, target, record, config)
+        compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
+        with clock.stage("health"):
+            self.wait_healthy(event, target, record, config, compose_file, control)
+        with clock.stage("route"):
+            self.route(event, target, record, route_served, control)
+        return clock.seconds
+
+    def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                        compose_file: Path, control: FlowControl, clock: StageClock) -> Path:
+        """Build the images while the database and extra services start (they need no build), then start."""
+        runtime = self.c.runtime
+        with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
+            early = pool.submit(runtime.start_dependencies, event.deployment_id, compose_file, target.log, control)
+            try:
+                with clock.stage("build"):
+                    runtime.build(event.deployment_id, compose_file, target.log, control)
+                    if rendered.pending_startup is not None:
+                        compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+            finally:
+                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
+                    target.log.note(f"early start of the dependencies failed: {failed}")
+        with clock.stage("start"):
+            try:
+                runtime.start(event.deployment_id, compose_file, target.log, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+        return compose_file
+
+    def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,
+              control: FlowControl) -> None:
+        try:
+            self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
+                                 served=route_served)
+        except ProxyError as exc:
+            raise StepFailed("Nginx reload failed", str(exc)) from None
+        try:  # `running` and the ready comment only once nginx's workers serve the new route
+            self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+        except ProxyError as exc:
+            raise StepFailed("Nginx route not served", str(exc)) from None
+
+    def checkout(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
+        if not event.clone_url or not event.branch or not event.commit_sha:
+            raise StepFailed("The pull request has no clone URL, branch or commit to deploy")
+        git = self.c.git
+        try:
+            if git.has_checkout(target.work_dir, target.git_dir):
+                git.checkout(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
+                             target.log, control, local=event.local)
+            else:
+                remove_tree(target.work_dir)  # a partial clone, or a checkout of the old layout (.git inside)
+                remove_tree(target.git_dir)
+                target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+                git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
+                          target.log, control, local=event.local, mirror=event.project_slug)
+            for private in (target.work_dir, target.git_dir):
+                private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
+        except CloneRefused as exc:
+            raise StepFailed(str(exc)) from None
+        except CommandFailed as exc:
+            raise StepFailed("Git clone or checkout failed", exc.tail()) from None
+        except OSError as exc:
+            raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
+
+    def configure(self, event: PullRequestEvent, target: Target) -> PreviewConfig:
+        try:
+            config = load_checkout_config(self.c.plugins, target.work_dir)
+        except ConfigError as exc:
+            raise StepFailed("; ".join(exc.problems)) from None
+        set_fields(self.c.store, event.deployment_id, framework=config.framework, dbType=config.database,
+                   appPort=config.app_port)
+        return config
+
+    def build_commands(self, event: PullRequestEvent, target: Target, config: PreviewConfig,
+                       control: FlowControl) -> None:
+        framework = self.c.plugins.provided.frameworks[config.framework]
+        try:
+            self.c.build_commands.run_all(config.build_commands, target.work_dir, event.deployment_id,
+                                          framework.toolchain_image, target.log, control)
+        except BuildCommandError as exc:
+            raise StepFailed(exc.message, exc.detail) from None
+        try:
+            # After build_commands too: they may have created links. Compose and the renderer read the checkout.
+            check_links(target.work_dir)
+        except UnsafeCheckout as exc:
+            raise StepFailed(str(exc)) from None
+
+    def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+               config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
+        context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
+                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides)
+        try:
+            rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
+        except ConfigError as exc:
+            raise StepFailed("; ".join(exc.problems)) from None
+        except RuntimeFailure as exc:
+            raise StepFailed("docker compose could not read the compose file", exc.detail) from None
+        try:
+            return rendered, write_rendered(target.work_dir, rendered)
+        except OSError as exc:
+            raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
+
+    def startup_before_main(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                            compose_file: Path, control: FlowControl) -> Path:
+        """startup_commands, then the image's own ENTRYPOINT and CMD (a repository that works with `docker run`
+        works as a preview): read from the built (or pulled) image, written into the compose file."""
+        pending = rendered.pending_startup
+        assert pending is not None
+        entrypoint, cmd = self.c.runtime.image_command(event.deployment_id, compose_file, "app", pending.image,
+                                                       target.log, control)
+        main = main_process(pending, entrypoint, cmd)
+        if not main:
+            raise StepFailed("The app image has no ENTRYPOINT or CMD to run after startup_commands")
+        target.log.note(f"startup_commands, then the image's main process: {main}")
+        return rewrite_compose(target.work_dir, with_startup(rendered, pending.commands, main))
+
+    def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                     config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
+        """Probe the health path while watching the containers: an app or database that exits or restarts
+        fails the deploy at once, with its own output. Whatever happens, the containers' output of this attempt
+        goes into the deployment log."""
+        settings, runtime = self.c.settings, self.c.runtime
+        url = runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
+        probing = time.monotonic()
+        try:
+            healthy = wait_healthy(url, settings.health_check_interval_seconds,
+                                   settings.health_check_timeout_seconds, target.log, control,
+                                   watch=lambda: self._problem(event.deployment_id))
+        except AppStopped as exc:
+            self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
+            raise StepFailed(str(exc), self.app_output(event.deployment_id, compose_file)) from None
+        finally:
+            self.keep_output(event, target, record, compose_file)
+        self.c.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
+        if not healthy:
+            raise StepFailed("Health check timeout", self.app_output(event.deployment_id, compose_file))
+
+    def _problem(self, deployment_id: str) -> str | None:
+        try:
+            return self.c.runtime.problem(deployment_id)
+        except RuntimeFailure:
+            return None  # the engine not answering is not the app's fault; the probes go on
+
+    def app_output(self, deployment_id: str, compose_file: Path) -> str:
+        try:
+            output = self.c.runtime.logs(deployment_id, compose_file, "app", tail=TAIL)
+        except RuntimeFailure as exc:
+            return exc.detail
+        return "\n".join(output.splitlines()[-TAIL:])
+
+    def keep_output(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                    compose_file: Path) -> None:
+        """The last OUTPUT_LINES lines of every container, at most OUTPUT_BYTES, secrets and the database
+        password masked."""
+        try:
+            output = self.c.runtime.logs(event.deployment_id, compose_file, None, tail=OUTPUT_LINES)
+        except RuntimeFailure as exc:
+            target.log.note(f"container output not kept: {exc.message}")
+            return
+        password = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
+                                record.exposedDbPort, self.c.password_key()).db_password
+        text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
+        target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):")
+        target.log.write(text or "(none)")
+
+
+def remove_tree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

@@ -1,0 +1,51 @@
+"""The text of the one pull-request comment the service keeps up to date."""
+
+from __future__ import annotations
+
+from orchestrator.flows.error_lines import error_line
+
+MARKER = "<!-- preview-orchestrator -->"
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:7] or "unknown"
+
+
+def building(sha: str | None, updating: bool) -> str:
+    verb = "Updating" if updating else "Building"
+    return f"{MARKER}\n### ⏳ Preview: {verb.lower()}\n\n{verb} the preview for commit `{_short(sha)}`…"
+
+
+def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None) -> str:
+    text = (
+        f"{MARKER}\n### ✅ Preview ready\n\n"
+        f"**{url}**\n\n"
+        f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
+        "pull request closes."
+    )
+    if stages:  # where the time went, the longest first
+        spent = " · ".join(f"{name.replace('_', ' ')} {took:.0f} s" if took >= 1 else f"{name.replace('_', ' ')} "
+                           f"{took:.1f} s" for name, took in sorted(stages.items(), key=lambda item: -item[1]))
+        text += f"\n\n<sub>{spent}</sub>"
+    return text
+
+
+def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | None = None) -> str:
+    after = f" after {seconds:.0f} s" if seconds is not None else ""
+    text = (
+        f"{MARKER}\n### ❌ Preview failed\n\n"
+        f"Commit `{_short(sha)}`{after}: **{message}**\n\n"
+    )
+    if (line := error_line(log_tail)) is not None:
+        text += f"```\n{line}\n```\n\n"  # the line that says what went wrong, before the tail it came from
+    if log_tail.strip():
+        text += f"<details><summary>Last lines of the log</summary>\n\n```\n{log_tail.strip()}\n```\n</details>\n\n"
+    return text + "Push a new commit to retry, or close and reopen the pull request."
+
+
+def refused(message: str) -> str:
+    return f"{MARKER}\n### ⚠️ No preview\n\n{message}"
+
+
+def removed() -> str:
+    return f"{MARKER}\n### 🧹 Preview removed\n\nThe preview and its database were removed."
