@@ -10,7 +10,8 @@ Conventions:
 - Hooks are called with keyword arguments only; arguments may be added later, never renamed or removed, so a
   plugin may accept just the arguments it needs.
 - Hooks are pure: they return data (strings and dicts) and do no I/O, except `po_detect_framework`, which may
-  look at files inside `repo_dir` (read only).
+  look at files inside `repo_dir` (read only). Rendering hooks get `project`, a read-only, bounded view of the
+  checkout, for the same purpose.
 - Single-answer hooks (`firstresult`) stop at the first non-None answer. Built-in plugins answer with
   `trylast=True`, so a third-party plugin that answers for the same name overrides the built-in.
 - A rendering hook is called for every name; answer only for a name your plugin provides, else return None.
@@ -33,6 +34,7 @@ from orchestrator.plugin_types import (
     ServiceWiring,
 )
 from orchestrator.preview_config import PreviewConfig
+from orchestrator.project_files import ProjectFiles
 
 PROJECT = "preview_orchestrator"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -78,21 +80,26 @@ def po_detect_framework(repo_dir: Path) -> Detection | None:
 
 
 @hookspec(firstresult=True)
-def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext) -> str | None:
+def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
+                  project: ProjectFiles) -> str | None:
     """The default Dockerfile text for `framework`, injected when the repository has none.
 
     None: not your framework. Use `context.image(name)` for every base image (IMAGE_OVERRIDES), run the
-    app as a non-root user, and use `config.app_entrypoint` in CMD.
+    app as a non-root user that can write where the framework needs to, and use `config.app_entrypoint` in
+    CMD. `project` is a read-only view of the checkout (lockfiles, manifests) to choose how to build.
     """
 
 
 @hookspec(firstresult=True)
-def po_app_service(framework: str, config: PreviewConfig, context: RenderContext) -> AppService | None:
+def po_app_service(framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> AppService | None:
     """The compose `app` service for `framework` before the host adds what every app gets.
 
     The host then sets the container name, the published port, the environment (port variable, database
     and service wiring, `env`, `env_file`), `startup_commands`, limits, labels and `depends_on`. Return
     `command` as the main process so startup commands can run before it. None: not your framework.
+    A secret the app needs (a session key) comes from `context.derived_secret(purpose)`: stable per
+    deployment, never shared between pull requests.
     """
 
 

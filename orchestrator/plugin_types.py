@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
@@ -62,6 +64,8 @@ class RenderContext(BaseModel):
     db_host_port: int
     db_password: str = Field(description="Stable per deployment, never shared between pull requests")
     image_overrides: dict[str, str] = Field(default_factory=dict)
+    secret_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
+                                         description="The service's key; None renders placeholders")
 
     @property
     def database_name(self) -> str:
@@ -73,6 +77,15 @@ class RenderContext(BaseModel):
     def image(self, name: str) -> str:
         """`name` after IMAGE_OVERRIDES; every image a built-in template names goes through here."""
         return self.image_overrides.get(name, name)
+
+    def derived_secret(self, purpose: str, length: int = 32) -> bytes:
+        """`length` bytes for `purpose` (an app's session key, …): the same for every update of this deployment,
+        different for every other one, and derived from the service's key, never stored. Placeholder bytes
+        when rendering without the key (`preview-orchestrator render`)."""
+        if self.secret_key is None:
+            return b"<secret>".ljust(length, b"-")[:length]
+        key = self.secret_key.get_secret_value().encode("latin-1")
+        return hmac.new(key, f"{self.deployment_id}:{purpose}".encode(), hashlib.sha256).digest()[:length]
 
 
 class AppService(BaseModel):

@@ -26,6 +26,7 @@ from orchestrator.naming import project_slug
 from orchestrator.plugin_host import PluginHost
 from orchestrator.plugin_types import AppService, DatabaseWiring, RenderContext, ServiceWiring
 from orchestrator.preview_config import ConfigError, PreviewConfig, ensure_inside
+from orchestrator.project_files import ProjectFiles
 from orchestrator.safe_yaml import YamlRejected, load_untrusted_yaml
 
 DEPLOYMENT_LABEL = "dev.preview-orchestrator.deployment"
@@ -107,6 +108,7 @@ def make_context(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
         app_host_port=app_host_port, db_host_port=db_host_port, db_password=password,
         image_overrides=image_overrides or {},
+        secret_key=None if password_key is None else password_key.decode("latin-1"),
     )
 
 
@@ -159,13 +161,14 @@ def _generated(
         ensure_inside(repo_dir, repo_dir / "Dockerfile", "Dockerfile")
         dockerfile = "Dockerfile"
     else:
-        text = host.hook.po_dockerfile(framework=config.framework, config=config, context=context)
+        text = host.hook.po_dockerfile(framework=config.framework, config=config, context=context,
+                                       project=ProjectFiles(repo_dir))
         if text is None:
             raise ConfigError([f"framework {config.framework} has no default Dockerfile; add a Dockerfile"])
         files[INJECTED_DOCKERFILE] = text
         dockerfile = INJECTED_DOCKERFILE
 
-    app = _app_service(host, config, context)
+    app = _app_service(host, config, context, ProjectFiles(repo_dir))
     database = _database(host, config, context)
     extras = [_extra(host, name, context) for name in config.extra_services]
 
@@ -176,6 +179,7 @@ def _generated(
         environment.update(extra.app_env)
     environment.update(config.env_map)
     environment[config.app_port_env] = str(config.app_port)
+    environment.setdefault("PORT", str(config.app_port))  # `$PORT` in app_entrypoint works whatever the variable
 
     app_service: dict[str, Any] = {
         **{k: v for k, v in app.service.items() if k != "environment"},
@@ -224,8 +228,9 @@ def _generated(
     )
 
 
-def _app_service(host: PluginHost, config: PreviewConfig, context: RenderContext) -> AppService:
-    answer = host.hook.po_app_service(framework=config.framework, config=config, context=context)
+def _app_service(host: PluginHost, config: PreviewConfig, context: RenderContext,
+                 project: ProjectFiles) -> AppService:
+    answer = host.hook.po_app_service(framework=config.framework, config=config, context=context, project=project)
     if answer is None:
         raise ConfigError([f"framework {config.framework} has no app service; a plugin is missing"])
     return AppService.model_validate(answer)
@@ -326,6 +331,7 @@ def _repository_owned(
     environment = _environment_dict(app.get("environment"))
     environment.update(_escape(config.env_map))
     environment[config.app_port_env] = str(config.app_port)
+    environment.setdefault("PORT", str(config.app_port))
     app["environment"] = environment
     if config.env_file:
         existing = app.get("env_file") or []

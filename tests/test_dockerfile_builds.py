@@ -42,7 +42,8 @@ def test_builtin_dockerfile_builds_and_serves(host: PluginHost, tmp_path: Path, 
     docker("build", "-q", "-f", str(repo / INJECTED_DOCKERFILE), "-t", tag, str(repo))
     container = ""
     try:
-        assert docker("image", "inspect", "-f", "{{.Config.User}}", tag) == "10001:10001"
+        # the image's own non-root user: node (1000), www-data (33), app or 10001
+        assert docker("image", "inspect", "-f", "{{.Config.User}}", tag) in ("10001:10001", "node", "www-data", "app")
         container = docker("run", "-d", "-p", f"127.0.0.1::{config.app_port}", "-e", f"PORT={config.app_port}", tag)
         published = docker("port", container, str(config.app_port)).splitlines()[0]
         url = f"http://{published}"
@@ -56,6 +57,7 @@ def test_builtin_dockerfile_builds_and_serves(host: PluginHost, tmp_path: Path, 
                 pass
             time.sleep(0.2)
         assert body == f"{framework} says: commit A\n", docker("logs", container)
+        assert docker("exec", container, "id", "-u") != "0"
     finally:
         if container:
             subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=60)

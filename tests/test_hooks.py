@@ -7,6 +7,7 @@ from pathlib import Path
 from orchestrator.plugin_host import PluginHost
 from orchestrator.plugin_types import DatabaseWiring, ServiceWiring
 from orchestrator.preview_config import PreviewConfig
+from orchestrator.project_files import ProjectFiles
 from orchestrator.rendering import make_context
 from tests.support.repos import config_for
 
@@ -29,13 +30,15 @@ def test_po_detect_framework_answers_are_ranked(host: PluginHost, tmp_path: Path
     assert answers == [(10, "nestjs"), (20, "go")]
 
 
-def test_po_dockerfile_and_po_app_service_answer_only_for_their_framework(host: PluginHost) -> None:
+def test_po_dockerfile_and_po_app_service_answer_only_for_their_framework(host: PluginHost, tmp_path: Path) -> None:
     config = PreviewConfig.model_validate(config_for("rust"))
-    assert host.hook.po_dockerfile(framework="rust", config=config, context=CONTEXT).startswith("# Injected")
-    assert host.hook.po_dockerfile(framework="unknown", config=config, context=CONTEXT) is None
-    app = host.hook.po_app_service(framework="rust", config=config, context=CONTEXT)
+    project = ProjectFiles(tmp_path)
+    assert host.hook.po_dockerfile(framework="rust", config=config, context=CONTEXT,
+                                   project=project).startswith("# Injected")
+    assert host.hook.po_dockerfile(framework="unknown", config=config, context=CONTEXT, project=project) is None
+    app = host.hook.po_app_service(framework="rust", config=config, context=CONTEXT, project=project)
     assert app.command == ["/bin/sh", "-c", "exec /app/server"]
-    assert host.hook.po_app_service(framework="unknown", config=config, context=CONTEXT) is None
+    assert host.hook.po_app_service(framework="unknown", config=config, context=CONTEXT, project=project) is None
 
 
 def test_po_database_wires_the_app(host: PluginHost) -> None:

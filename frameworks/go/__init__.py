@@ -1,20 +1,48 @@
-"""The built-in `go` framework: a module with go.mod, built to one static binary.
+"""The built-in `go` framework: a module with go.mod, built to one static binary in a small runtime stage.
 
 This file is the model for a framework plugin: describe what you provide, recognise a checkout, render a
-Dockerfile from the template beside you, and describe the app service.
+Dockerfile from the template beside you (looking at the checkout through `project`), and describe the app
+service.
+
+The main package is found where Go projects keep it: the module root, else `./cmd/<name>` (server, api, app or
+the module's own name first when there are several). `vendor/` is used when present (`-mod=vendor`, no
+download), CGO is off, and the binary lands at /app/server.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from orchestrator.hookspecs import hookimpl
 from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
 from orchestrator.preview_config import PreviewConfig
+from orchestrator.project_files import ProjectFiles
 from orchestrator.templating import render_template
 
 NAME = "go"
 TOOLCHAIN_IMAGE = "golang:1.22-bookworm"  # builds the app; build_commands run in it too
+RUNTIME_IMAGE = "debian:bookworm-slim"
+_PACKAGE_MAIN = re.compile(r"^package\s+main\b", re.MULTILINE)
+_PREFERRED = ("server", "api", "app", "web")
+
+
+def is_main_package(project: ProjectFiles, directory: str) -> bool:
+    return any(_PACKAGE_MAIN.search(project.read_text(name) or "")
+               for name in project.glob(directory, "*.go") if not name.endswith("_test.go"))
+
+
+def main_package(project: ProjectFiles) -> str:
+    """`.` or `./cmd/<name>`: where `package main` is."""
+    if is_main_package(project, "."):
+        return "."
+    commands = [name for name in project.list_dir("cmd") if is_main_package(project, f"cmd/{name}")]
+    if not commands:
+        return "."  # `go build` then says what is missing
+    module = re.search(r"^module\s+(\S+)", project.read_text("go.mod") or "", re.MULTILINE)
+    preferred = [*_PREFERRED, module[1].rsplit("/", 1)[-1] if module else ""]
+    chosen = next((name for name in preferred if name in commands), commands[0])
+    return f"./cmd/{chosen}"
 
 
 @hookimpl(trylast=True)
@@ -25,7 +53,8 @@ def po_frameworks() -> list[FrameworkSpec]:
             default_port=8080,
             default_entrypoint="/app/server",
             toolchain_image=TOOLCHAIN_IMAGE,
-            description="Go module (go.mod), built with `go build` into /app/server",
+            description="Go module (go.mod): the main package at the root or in ./cmd/<name>, vendor/ when "
+                        "present, a static binary at /app/server",
         )
     ]
 
@@ -38,21 +67,25 @@ def po_detect_framework(repo_dir: Path) -> Detection | None:
 
 
 @hookimpl(trylast=True)
-def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext) -> str | None:
+def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
+                  project: ProjectFiles) -> str | None:
     if framework != NAME:
         return None
     return render_template(
         __name__,
         "Dockerfile.j2",
         build_image=context.image(TOOLCHAIN_IMAGE),
-        runtime_image=context.image("debian:bookworm-slim"),
+        runtime_image=context.image(RUNTIME_IMAGE),
+        main_package=main_package(project),
+        vendored=project.is_file("vendor/modules.txt"),
         port=config.app_port,
         entrypoint=config.app_entrypoint,
     )
 
 
 @hookimpl(trylast=True)
-def po_app_service(framework: str, config: PreviewConfig, context: RenderContext) -> AppService | None:
+def po_app_service(framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> AppService | None:
     if framework != NAME:
         return None
     return AppService(service={}, command=["/bin/sh", "-c", f"exec {config.app_entrypoint}"])

@@ -1,24 +1,40 @@
-"""The built-in `laravel` framework: composer install, then `php artisan serve` on the app port.
+"""The built-in `laravel` framework: `composer install --no-dev --optimize-autoloader`, the PHP extension of
+the preview's database, `storage/` and `bootstrap/cache` writable by the runtime user (www-data), served by
+`php artisan serve` on the app port.
 
-`app_entrypoint` is required by the spec but unused: the container always runs `php artisan serve`.
+Every deployment gets an APP_KEY of its own when the repository gives none (derived from the service's key:
+stable across updates, like the database password). `app_entrypoint` is required by the spec but unused.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import re
 from pathlib import Path
 
 from orchestrator.hookspecs import hookimpl
 from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
 from orchestrator.preview_config import PreviewConfig
+from orchestrator.project_files import ProjectFiles
 from orchestrator.templating import render_template
 
 NAME = "laravel"
 TOOLCHAIN_IMAGE = "composer:2"  # builds the app; build_commands run in it too
+RUNTIME_IMAGE = "php:8.3-cli"
+# The PHP extension each built-in database needs, and the system package it is built against.
+EXTENSIONS = {"postgres": ("pdo_pgsql", "libpq-dev"), "mysql": ("pdo_mysql", "")}
+_APP_KEY = re.compile(r"^\s*APP_KEY\s*=\s*\S", re.MULTILINE)
 
 
 def _serve_command(config: PreviewConfig) -> str:
     return f'exec php artisan serve --host=0.0.0.0 --port="${{{config.app_port_env}}}"'
+
+
+def gives_app_key(config: PreviewConfig, project: ProjectFiles) -> bool:
+    """The repository sets APP_KEY itself: in preview-config.yml's env, its env_file, or a committed .env."""
+    if config.env_map.get("APP_KEY"):
+        return True
+    return any(_APP_KEY.search(project.read_text(name) or "") for name in filter(None, (config.env_file, ".env")))
 
 
 @hookimpl(trylast=True)
@@ -29,20 +45,15 @@ def po_frameworks() -> list[FrameworkSpec]:
             default_port=8000,
             default_entrypoint="php artisan serve",
             toolchain_image=TOOLCHAIN_IMAGE,
-            description="Laravel: composer install --no-dev, served by `php artisan serve`",
+            description="Laravel: composer install --no-dev --optimize-autoloader, an APP_KEY per deployment, "
+                        "served by `php artisan serve`",
         )
     ]
 
 
 @hookimpl(trylast=True)
 def po_detect_framework(repo_dir: Path) -> Detection | None:
-    composer = repo_dir / "composer.json"
-    if not composer.is_file() or composer.stat().st_size > 1024 * 1024:
-        return None
-    try:
-        manifest = json.loads(composer.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
+    manifest = ProjectFiles(repo_dir).read_json("composer.json")
     requires = manifest.get("require") if isinstance(manifest, dict) else None
     if isinstance(requires, dict) and "laravel/framework" in requires:
         return Detection(framework=NAME, rank=30, reason="laravel/framework in composer.json")
@@ -50,19 +61,26 @@ def po_detect_framework(repo_dir: Path) -> Detection | None:
 
 
 @hookimpl(trylast=True)
-def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext) -> str | None:
+def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
+                  project: ProjectFiles) -> str | None:
     if framework != NAME:
         return None
+    extension, library = EXTENSIONS.get(config.database, ("", ""))
     return render_template(
         __name__, "Dockerfile.j2",
         composer_image=context.image(TOOLCHAIN_IMAGE),
-        runtime_image=context.image("php:8.3-cli"),
+        runtime_image=context.image(RUNTIME_IMAGE),
+        extension=extension, library=library,
         port=config.app_port, serve=_serve_command(config),
     )
 
 
 @hookimpl(trylast=True)
-def po_app_service(framework: str, config: PreviewConfig, context: RenderContext) -> AppService | None:
+def po_app_service(framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> AppService | None:
     if framework != NAME:
         return None
-    return AppService(service={}, command=["/bin/sh", "-c", _serve_command(config)])
+    environment = {"LOG_CHANNEL": "stderr"}  # the app's log goes where `docker logs` reads it
+    if not gives_app_key(config, project):
+        environment["APP_KEY"] = "base64:" + base64.b64encode(context.derived_secret("laravel-app-key")).decode()
+    return AppService(service={"environment": environment}, command=["/bin/sh", "-c", _serve_command(config)])

@@ -1,17 +1,67 @@
-"""The built-in `nestjs` framework: a Node project built with `npm ci` and `npm run build`."""
+"""The built-in `nestjs` framework: a Node project, built the way its lockfile says.
+
+The lockfile decides the package manager (package-lock.json → `npm ci`, yarn.lock → yarn, pnpm-lock.yaml →
+pnpm through corepack, none → `npm install`); `npm run build` runs when package.json has a build script,
+`prisma generate` when the project uses Prisma; development dependencies are pruned for the runtime stage,
+which runs as the image's `node` user.
+"""
 
 from __future__ import annotations
 
-import json
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.hookspecs import hookimpl
 from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
 from orchestrator.preview_config import PreviewConfig
+from orchestrator.project_files import ProjectFiles
 from orchestrator.templating import render_template
 
 NAME = "nestjs"
 TOOLCHAIN_IMAGE = "node:20-bookworm-slim"  # builds the app; build_commands run in it too
+
+
+@dataclass(frozen=True)
+class NodeBuild:
+    lockfiles: list[str]
+    install: str
+    prune: str
+    corepack: bool
+    prisma: bool
+    build: bool
+
+
+def node_build(project: ProjectFiles) -> NodeBuild:
+    manifest = project.read_json("package.json")
+    manifest = manifest if isinstance(manifest, dict) else {}
+    scripts = manifest.get("scripts") if isinstance(manifest.get("scripts"), dict) else {}
+    packages = {name for key in ("dependencies", "devDependencies")
+                if isinstance(manifest.get(key), dict) for name in manifest[key]}
+    prisma = bool({"prisma", "@prisma/client"} & packages) and project.is_file("prisma/schema.prisma")
+    if project.is_file("pnpm-lock.yaml"):
+        return NodeBuild(["pnpm-lock.yaml"], "pnpm install --frozen-lockfile", "pnpm prune --prod", True, prisma,
+                         "build" in scripts)
+    if project.is_file("yarn.lock"):
+        if project.is_file(".yarnrc.yml"):  # Yarn 2+ (berry): through corepack, as its packageManager says
+            return NodeBuild(["yarn.lock", ".yarnrc.yml"], "yarn install --immutable",
+                             "yarn workspaces focus --all --production", True, prisma, "build" in scripts)
+        return NodeBuild(["yarn.lock"], "yarn install --frozen-lockfile",
+                         "yarn install --production --frozen-lockfile --ignore-scripts --prefer-offline", False,
+                         prisma, "build" in scripts)
+    for lockfile in ("package-lock.json", "npm-shrinkwrap.json"):
+        if project.is_file(lockfile):
+            return NodeBuild([lockfile], "npm ci", "npm prune --omit=dev", False, prisma, "build" in scripts)
+    return NodeBuild([], "npm install", "npm prune --omit=dev", False, prisma, "build" in scripts)
+
+
+def main_command(entrypoint: str) -> str:
+    """A build output (`dist/main`, `./dist/main.js`) or a `.js` file is a script for node; anything else
+    (`node dist/main.js`, `npm run start:prod`, `./start.sh`) is a command."""
+    first = shlex.split(entrypoint)[0] if entrypoint.strip() else ""
+    if first.removeprefix("./").startswith("dist/") or first.endswith((".js", ".mjs", ".cjs")):
+        return f"node {entrypoint}"
+    return entrypoint
 
 
 @hookimpl(trylast=True)
@@ -20,9 +70,10 @@ def po_frameworks() -> list[FrameworkSpec]:
         FrameworkSpec(
             name=NAME,
             default_port=3000,
-            default_entrypoint="node dist/main.js",
+            default_entrypoint="dist/main",
             toolchain_image=TOOLCHAIN_IMAGE,
-            description="NestJS (or any Node app): npm ci, npm run build, production dependencies only",
+            description="NestJS (or any Node app): the lockfile's package manager, npm run build, prisma generate, "
+                        "production dependencies only",
         )
     ]
 
@@ -31,34 +82,32 @@ def po_frameworks() -> list[FrameworkSpec]:
 def po_detect_framework(repo_dir: Path) -> Detection | None:
     if (repo_dir / "nest-cli.json").is_file():
         return Detection(framework=NAME, rank=10, reason="nest-cli.json")
-    package = repo_dir / "package.json"
-    if package.is_file() and package.stat().st_size < 1024 * 1024:
-        try:
-            manifest = json.loads(package.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return None
-        dependencies = manifest.get("dependencies") if isinstance(manifest, dict) else None
-        if isinstance(dependencies, dict) and "@nestjs/core" in dependencies:
-            return Detection(framework=NAME, rank=10, reason="@nestjs/core in package.json")
+    manifest = ProjectFiles(repo_dir).read_json("package.json")
+    dependencies = manifest.get("dependencies") if isinstance(manifest, dict) else None
+    if isinstance(dependencies, dict) and "@nestjs/core" in dependencies:
+        return Detection(framework=NAME, rank=10, reason="@nestjs/core in package.json")
     return None
 
 
 @hookimpl(trylast=True)
-def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext) -> str | None:
+def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
+                  project: ProjectFiles) -> str | None:
     if framework != NAME:
         return None
     image = context.image(TOOLCHAIN_IMAGE)
     return render_template(
-        __name__, "Dockerfile.j2", build_image=image, runtime_image=image,
-        port=config.app_port, entrypoint=config.app_entrypoint,
+        __name__, "Dockerfile.j2", build_image=image, runtime_image=image, plan=node_build(project),
+        port=config.app_port, main=main_command(config.app_entrypoint),
     )
 
 
 @hookimpl(trylast=True)
-def po_app_service(framework: str, config: PreviewConfig, context: RenderContext) -> AppService | None:
+def po_app_service(framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> AppService | None:
     if framework != NAME:
         return None
     return AppService(
         service={"environment": {"NODE_ENV": "production"}},
-        command=["/bin/sh", "-c", f"exec {config.app_entrypoint}"],
+        command=["/bin/sh", "-c", f"exec {main_command(config.app_entrypoint)}"],
     )
+

@@ -2,13 +2,17 @@
 FROM composer:2 AS vendor
 WORKDIR /app
 COPY composer.json composer.lock* ./
-RUN composer install --no-dev --no-interaction --no-scripts --no-autoloader --prefer-dist
+# The runtime stage has the PHP extensions; the composer image need not.
+RUN composer install --no-dev --no-interaction --no-scripts --no-autoloader --prefer-dist --ignore-platform-reqs
 COPY . .
-RUN composer dump-autoload --optimize --no-dev
+RUN composer dump-autoload --no-dev --optimize
 
 FROM php:8.3-cli
 WORKDIR /app
-COPY --from=vendor --chown=10001:10001 /app /app
-USER 10001:10001
+COPY --from=vendor --chown=www-data:www-data /app /app
+RUN mkdir -p storage/framework/cache storage/framework/sessions storage/framework/views storage/logs \
+        bootstrap/cache \
+    && chown -R www-data:www-data storage bootstrap/cache
+USER www-data
 EXPOSE 8000
 CMD ["/bin/sh", "-c", "exec php artisan serve --host=0.0.0.0 --port=\"${PORT}\""]

@@ -1,15 +1,16 @@
 # Injected by Preview Orchestrator (framework: nestjs) because the repository has no Dockerfile.
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
-COPY package.json package-lock.json* ./
-RUN npm ci
+COPY package.json ./
+RUN npm install
 COPY . .
-RUN npm run build --if-present && npm prune --omit=dev
+RUN npm prune --omit=dev
 
 FROM node:20-bookworm-slim
+RUN install -d -o node -g node /app
 WORKDIR /app
 ENV NODE_ENV=production
-COPY --from=build --chown=10001:10001 /app /app
-USER 10001:10001
+COPY --from=build --chown=node:node /app /app
+USER node
 EXPOSE 3000
 CMD ["/bin/sh", "-c", "exec node dist/main.js"]

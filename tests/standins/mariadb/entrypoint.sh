@@ -11,7 +11,10 @@ CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\`;
 CREATE USER '$MYSQL_USER'@'%' IDENTIFIED BY '$MYSQL_PASSWORD';
 GRANT ALL ON \`$MYSQL_DATABASE\`.* TO '$MYSQL_USER'@'%';
 ALTER USER 'root'@'localhost' IDENTIFIED BY '$MYSQL_ROOT_PASSWORD';
+CREATE USER 'root'@'%' IDENTIFIED BY '$MYSQL_ROOT_PASSWORD';
+GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;
 SQL
     kill "$pid" && wait "$pid" || true
 fi
-exec mariadbd --user=mysql --bind-address=0.0.0.0 --port=3306
+# As the official image: clients are matched by address, never by a resolved host name.
+exec mariadbd --user=mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve

@@ -1,0 +1,3 @@
+import pymysql
+
+pymysql.install_as_MySQLdb()
