@@ -25,9 +25,9 @@ import httpx
 
 from bench.common import Budget, scratch
 from bench.stats import median
-from orchestrator.checkout import load_checkout_config
-from orchestrator.plugin_host import build_plugin_host
-from orchestrator.rendering import make_context, render_deployment, write_rendered
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import make_context, render_deployment, write_rendered
+from orchestrator.rendering.plugin_host import build_plugin_host
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import free_port
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack

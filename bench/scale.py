@@ -11,8 +11,8 @@ import httpx
 
 from bench.common import Budget, scratch
 from bench.stats import summary_ms
-from orchestrator.models import DeploymentRecord, PortAllocation, StoreFile
-from orchestrator.store import DeploymentStore
+from orchestrator.state.records import DeploymentRecord, PortAllocation, StoreFile
+from orchestrator.state.store import DeploymentStore
 from tests.support.live import ServiceProcess
 
 

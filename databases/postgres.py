@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import DatabaseSpec, DatabaseWiring, RenderContext, database_app_env
+from orchestrator.plugin_api import DatabaseSpec, DatabaseWiring, RenderContext, database_app_env, hookimpl
 
 NAME = "postgres"
 PORT = 5432

@@ -1,5 +1,5 @@
 """`uvicorn orchestrator.asgi:app` entry point; `preview-orchestrator serve` is the usual way."""
 
-from orchestrator.app import create_app
+from orchestrator.http.app import create_app
 
 app = create_app()

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestrator.state_secrets import read_or_create
+from orchestrator.common.secret_files import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
@@ -85,7 +85,7 @@ class Settings(PluginSettings):
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
-    event_handler: str = "orchestrator.engine:DeployEngine"
+    event_handler: str = "orchestrator.flows:DeployEngine"
     # Pull requests whose head repository is not the base repository run code from outside the team.
     allow_fork_prs: bool = False
     health_check_interval_seconds: float = Field(default=5.0, gt=0, le=600)
@@ -108,6 +108,8 @@ class Settings(PluginSettings):
     # The most one deploy, update or cleanup may take, all steps together; then it fails (and stops its commands).
     flow_timeout_seconds: float = Field(default=3600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
+    runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True

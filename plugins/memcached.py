@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import RenderContext, ServiceSpec, ServiceWiring
+from orchestrator.plugin_api import RenderContext, ServiceSpec, ServiceWiring, hookimpl
 
 NAME = "memcached"
 

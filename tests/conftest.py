@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from falcon import testing
 
-from orchestrator.app import create_app
+from orchestrator.http.app import create_app
 from orchestrator.settings import Settings, load_settings
-from orchestrator.store import DeploymentStore
+from orchestrator.state.store import DeploymentStore
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import FIXTURE_REPO, SECRET
 
@@ -58,7 +58,7 @@ def client(settings: Settings, handler: RecordingHandler) -> testing.TestClient:
 @pytest.fixture(scope="session")
 def host():  # noqa: ANN201
     """Built-in plugins only: what every installation has."""
-    from orchestrator.plugin_host import build_plugin_host
+    from orchestrator.rendering.plugin_host import build_plugin_host
 
     return build_plugin_host(load_entry_points=False)
 

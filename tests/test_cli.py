@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.rendering import make_context
+from orchestrator.rendering.compose_file import make_context
 from tests.support.repos import config_for, make_repo, snapshot_tree
 
 

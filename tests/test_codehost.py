@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.codehost import CodeHost, CodeHostError
+from orchestrator.adapters.codehost import CodeHost, CodeHostError
 from tests.support.fake_codehost import FakeCodeHost
 
 

@@ -15,11 +15,11 @@ import yaml
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from orchestrator.docker_compose import Compose
-from orchestrator.host_env import HostEnv
-from orchestrator.plugin_host import build_plugin_host
-from orchestrator.preview_config import ConfigError, parse_preview_config
-from orchestrator.rendering import RESOURCES, make_context, render_deployment, write_rendered
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.plugin_api.preview_config import ConfigError, parse_preview_config
+from orchestrator.rendering.compose_file import RESOURCES, make_context, render_deployment, write_rendered
+from orchestrator.rendering.plugin_host import build_plugin_host
+from orchestrator.runtime.compose_cli import Compose
 from tests.support.compose import compose_binary
 from tests.support.repos import config_for
 

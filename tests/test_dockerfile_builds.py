@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.checkout import load_checkout_config
-from orchestrator.plugin_host import PluginHost
-from orchestrator.rendering import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.standins import STANDIN_OVERRIDES, require_engine
 
 SAMPLES = Path(__file__).parent / "sample_apps"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plugin_host import PluginHost
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.rendering import make_context
+from orchestrator.plugin_api.preview_config import PreviewConfig
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.rendering.compose_file import make_context
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.repos import config_for, make_repo
 
 HADOLINT = Path(sys.executable).parent / "hadolint"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.checkout import load_checkout_config
-from orchestrator.plugin_host import PluginHost
-from orchestrator.rendering import INJECTED_DOCKERFILE, make_context, render_deployment
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.repos import make_repo
 
 DOCS = Path(__file__).parents[1] / "docs" / "plugins.md"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.rendering import DEPLOYMENT_LABEL
+from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.dispatcher import Dispatcher
-from orchestrator.engine import INTERRUPTED, DeployEngine
-from orchestrator.handler import FlowError
-from orchestrator.inbox import Inbox
-from orchestrator.models import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
-from orchestrator.rendering import DEPLOYMENT_LABEL
-from orchestrator.ttl import TtlScheduler
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import Inbox
+from orchestrator.events.ttl import TtlScheduler
+from orchestrator.flows.engine import INTERRUPTED, DeployEngine
+from orchestrator.flows.handler import FlowError
+from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
 from tests.conftest import SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.standins import require_engine

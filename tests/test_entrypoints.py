@@ -7,10 +7,10 @@ from pathlib import Path
 import yaml
 from falcon import testing
 
-from orchestrator.app import create_app
-from orchestrator.checkout import load_checkout_config
-from orchestrator.plugin_host import build_plugin_host
-from orchestrator.rendering import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
+from orchestrator.http.app import create_app
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
+from orchestrator.rendering.plugin_host import build_plugin_host
 from tests.support.compose import compose_config
 from tests.support.repos import make_repo
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.host_env import HostEnv
-from orchestrator.leftovers import marked_processes
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.leftovers import marked_processes
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.nginx import Nginx

@@ -13,10 +13,10 @@ from frameworks.laravel import gives_app_key
 from frameworks.nestjs import main_command, node_build
 from frameworks.python import dependency_files, installs_itself
 from frameworks.rust import Binary, choose_binary
-from orchestrator.plugin_host import PluginHost
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.rendering import make_context
+from orchestrator.plugin_api.preview_config import PreviewConfig
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.rendering.compose_file import make_context
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.repos import config_for, make_repo
 
 

@@ -10,9 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from orchestrator.plugin_host import build_plugin_host
-from orchestrator.preview_config import ConfigError, load_preview_config
-from orchestrator.webhook import Ignored, WebhookRejected, parse_delivery
+from orchestrator.events.webhook import Ignored, WebhookRejected, parse_delivery
+from orchestrator.plugin_api.preview_config import ConfigError, load_preview_config
+from orchestrator.rendering.plugin_host import build_plugin_host
 from tests.support.payloads import fixture
 
 BUDGET = settings(max_examples=300, deadline=None, derandomize=True,

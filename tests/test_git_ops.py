@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands import CommandFailed, DeploymentLog
-from orchestrator.git_ops import CloneRefused, Git, token_applies
-from orchestrator.host_env import HostEnv
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
+from orchestrator.adapters.git import CloneRefused, Git, token_applies
+from orchestrator.adapters.host_env import HostEnv
 from tests.support.git_repos import git, make_pr_repo
 
 TOKEN = "ghs_supersecrettoken123"

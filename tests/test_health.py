@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands import DeploymentLog
-from orchestrator.flow_control import FlowAborted, FlowControl
-from orchestrator.health import wait_healthy
+from orchestrator.adapters.commands import DeploymentLog
+from orchestrator.adapters.health import wait_healthy
+from orchestrator.common.flow_control import FlowAborted, FlowControl
 
 
 @pytest.fixture

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.plugin_host import PluginHost
-from orchestrator.plugin_types import DatabaseWiring, ServiceWiring
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.rendering import make_context
+from orchestrator.plugin_api.preview_config import PreviewConfig
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.types import DatabaseWiring, ServiceWiring
+from orchestrator.rendering.compose_file import make_context
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.repos import config_for
 
 CONTEXT = make_context("acme", "api", 5, 8005, 9005, b"k")

@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.build_commands import BUILD_ROLE
-from orchestrator.docker_compose import ROLE_LABEL
-from orchestrator.host_env import HostEnv
-from orchestrator.leftovers import marked_processes
+from orchestrator.adapters.build_commands import BUILD_ROLE
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.leftovers import marked_processes
+from orchestrator.common.labels import ROLE_LABEL
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.repos import config_for

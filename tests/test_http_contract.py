@@ -11,9 +11,9 @@ import pytest
 from falcon import testing
 from openapi_spec_validator import validate
 
-from orchestrator.app import create_app
-from orchestrator.inbox import Inbox
-from orchestrator.store import DeploymentStore
+from orchestrator.events.inbox import Inbox
+from orchestrator.http.app import create_app
+from orchestrator.state.store import DeploymentStore
 from tests.conftest import SettingsFactory
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import (

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.dispatcher import Dispatcher
-from orchestrator.flow_control import FlowControl
-from orchestrator.inbox import DeploymentTaken, Inbox, InboxError
-from orchestrator.models import PullRequestEvent
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
+from orchestrator.state.records import PullRequestEvent
 
 
 def event(delivery: str, action: str = "opened", pr: int = 1, sha: str = "a" * 40) -> PullRequestEvent:

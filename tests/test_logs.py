@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from orchestrator.logs import configure_logging
+from orchestrator.observability.logs import configure_logging
 
 
 @pytest.fixture

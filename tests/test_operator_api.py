@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 from falcon import testing
 
-from orchestrator.app import create_app
-from orchestrator.codehost import CodeHost
-from orchestrator.commands import DeploymentLog, deployment_log_path, run
-from orchestrator.metrics import Metrics
-from orchestrator.models import DeploymentRecord, StoreFile
-from orchestrator.service_client import previews_table
+from orchestrator.adapters.codehost import CodeHost
+from orchestrator.adapters.commands import DeploymentLog, deployment_log_path, run
+from orchestrator.cli.service_client import previews_table
+from orchestrator.http.app import create_app
+from orchestrator.observability.metrics import Metrics
 from orchestrator.settings import Settings
-from orchestrator.store import DeploymentStore
+from orchestrator.state.records import DeploymentRecord, StoreFile
+from orchestrator.state.store import DeploymentStore
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess, wait_until

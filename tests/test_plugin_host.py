@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from falcon import testing
 
-from orchestrator.app import create_app
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_host import DEFAULT_PLUGINS, PluginError, build_plugin_host
-from orchestrator.plugin_types import AppService, Detection, FrameworkSpec
-from orchestrator.rendering import make_context, render_deployment
+from orchestrator.http.app import create_app
+from orchestrator.plugin_api.hookspecs import hookimpl
+from orchestrator.plugin_api.types import AppService, Detection, FrameworkSpec
+from orchestrator.rendering.compose_file import make_context, render_deployment
+from orchestrator.rendering.plugin_host import DEFAULT_PLUGINS, PluginError, build_plugin_host
 from tests.support.repos import config_for, make_repo
 
 
@@ -50,9 +50,10 @@ def test_listing_describes_each_plugin(host) -> None:  # noqa: ANN001
     assert go == {
         "name": "frameworks.go", "distribution": "preview-orchestrator", "version": "0.1.0", "builtin": True,
         "hooks": ["po_app_service", "po_detect_framework", "po_dockerfile", "po_frameworks"],
-        "frameworks": ["go"], "databases": [], "services": [],
+        "frameworks": ["go"], "databases": [], "services": [], "runtimes": [],
     }
     assert listing["plugins.redis"]["services"] == ["redis"]
+    assert listing["orchestrator.runtime.compose"]["runtimes"] == ["compose"]
 
 
 def test_disabled_plugins_are_not_loaded(tmp_path: Path) -> None:
@@ -61,7 +62,7 @@ def test_disabled_plugins_are_not_loaded(tmp_path: Path) -> None:
     assert "frameworks.go" not in {entry["name"] for entry in host.describe()}
     repo = make_repo(tmp_path / "r", config_for("go"))
     with pytest.raises(Exception, match="framework is not valid"):
-        from orchestrator.checkout import load_checkout_config
+        from orchestrator.rendering.checkout_config import load_checkout_config
 
         load_checkout_config(host, repo)
 
@@ -69,7 +70,7 @@ def test_disabled_plugins_are_not_loaded(tmp_path: Path) -> None:
 def test_a_third_party_plugin_overrides_a_builtin(tmp_path: Path) -> None:
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("acme-go", framework_plugin("go"))])
     repo = make_repo(tmp_path / "r", config_for("go"))
-    from orchestrator.checkout import load_checkout_config
+    from orchestrator.rendering.checkout_config import load_checkout_config
 
     config = load_checkout_config(host, repo)
     rendered = render_deployment(host, repo, config, make_context("a", "b", 1, 8001, 9001, b"k"))
@@ -96,7 +97,7 @@ def test_a_misspelled_hook_fails_loudly() -> None:
 def test_a_plugin_can_add_a_framework_that_becomes_valid(tmp_path: Path) -> None:
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("acme-zig", framework_plugin("zig"))])
     repo = make_repo(tmp_path / "r", config_for("zig", app_entrypoint="./run"))
-    from orchestrator.checkout import load_checkout_config
+    from orchestrator.rendering.checkout_config import load_checkout_config
 
     assert load_checkout_config(host, repo).framework == "zig"
 

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from orchestrator.models import PortAllocation
-from orchestrator.ports import OUT_OF_RANGE, PortAllocationError, allocate, host_port_free
+from orchestrator.state.ports import OUT_OF_RANGE, PortAllocationError, allocate, host_port_free
+from orchestrator.state.records import PortAllocation
 
 
 def test_lowest_free_ports_of_each_pool() -> None:

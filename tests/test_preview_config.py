@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checkout import load_checkout_config
-from orchestrator.plugin_host import PluginHost
-from orchestrator.preview_config import MISSING_MESSAGE, ConfigError
+from orchestrator.plugin_api.preview_config import MISSING_MESSAGE, ConfigError
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.plugin_host import PluginHost
 from tests.support.repos import config_for, make_repo, snapshot_tree
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.host_env import HostEnv
-from orchestrator.proxy import Proxy, ProxyError
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.nginx import Proxy, ProxyError
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx
 

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.checkout import load_checkout_config
-from orchestrator.checkout_paths import write_new
-from orchestrator.docker_compose import Compose
-from orchestrator.host_env import HostEnv
-from orchestrator.plugin_host import PluginHost
-from orchestrator.preview_config import ConfigError
-from orchestrator.rendering import (
-    DEPLOYMENT_LABEL,
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.preview_config import ConfigError
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import (
     INJECTED_DOCKERFILE,
     PendingStartup,
     main_process,
@@ -27,6 +25,8 @@ from orchestrator.rendering import (
     with_startup,
     write_rendered,
 )
+from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.runtime.compose_cli import Compose
 from tests.support.compose import compose_config
 from tests.support.repos import config_for, make_repo, snapshot_tree
 
@@ -60,7 +60,9 @@ def test_framework_and_database_render_valid_compose(host: PluginHost, tmp_path:
     before = snapshot_tree(repo)
     assert snapshot_tree(repo) == before  # rendering wrote nothing
     check_snapshot(f"{framework}-{database}.compose.yml", rendered.compose_text())
-    check_snapshot(f"{framework}.Dockerfile", rendered.files[INJECTED_DOCKERFILE])
+    # Laravel's Dockerfile installs the database's PDO driver, so it differs per database.
+    dockerfile = f"laravel-{database}.Dockerfile" if framework == "laravel" else f"{framework}.Dockerfile"
+    check_snapshot(dockerfile, rendered.files[INJECTED_DOCKERFILE])
     write_rendered(repo, rendered)
     config = yaml.safe_load(compose_config(repo, rendered.compose_file))
     app, db = config["services"]["app"], config["services"]["db"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.models import DeploymentRecord, PortAllocation, StoreFile
-from orchestrator.store import DeploymentStore, StoreError
+from orchestrator.state.records import DeploymentRecord, PortAllocation, StoreFile
+from orchestrator.state.store import DeploymentStore, StoreError
 
 
 def record(n: int) -> DeploymentRecord:

@@ -14,11 +14,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.templating import render_template
+from orchestrator.plugin_api import (
+    AppService,
+    Detection,
+    FrameworkSpec,
+    PreviewConfig,
+    ProjectFiles,
+    RenderContext,
+    hookimpl,
+    render_template,
+)
 
 NAME = "go"
 TOOLCHAIN_IMAGE = "golang:1.22-bookworm"  # builds the app; build_commands run in it too

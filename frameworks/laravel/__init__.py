@@ -12,11 +12,16 @@ import base64
 import re
 from pathlib import Path
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.templating import render_template
+from orchestrator.plugin_api import (
+    AppService,
+    Detection,
+    FrameworkSpec,
+    PreviewConfig,
+    ProjectFiles,
+    RenderContext,
+    hookimpl,
+    render_template,
+)
 
 NAME = "laravel"
 TOOLCHAIN_IMAGE = "composer:2"  # builds the app; build_commands run in it too

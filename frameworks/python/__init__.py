@@ -8,11 +8,15 @@ shell, so `$PORT` and the app_port_env variable expand. Never auto-detected.
 
 from __future__ import annotations
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import AppService, FrameworkSpec, RenderContext
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.templating import render_template
+from orchestrator.plugin_api import (
+    AppService,
+    FrameworkSpec,
+    PreviewConfig,
+    ProjectFiles,
+    RenderContext,
+    hookimpl,
+    render_template,
+)
 
 NAME = "python"
 TOOLCHAIN_IMAGE = "python:3.12-slim"  # builds the app; build_commands run in it too

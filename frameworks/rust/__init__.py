@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import AppService, FrameworkSpec, RenderContext
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.project_files import ProjectFiles
-from orchestrator.templating import render_template
+from orchestrator.plugin_api import (
+    AppService,
+    FrameworkSpec,
+    PreviewConfig,
+    ProjectFiles,
+    RenderContext,
+    hookimpl,
+    render_template,
+)
 
 NAME = "rust"
 TOOLCHAIN_IMAGE = "rust:1-bookworm"  # builds the app; build_commands run in it too

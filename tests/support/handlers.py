@@ -13,11 +13,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.flow_control import FlowControl
-from orchestrator.handler import FlowError
-from orchestrator.models import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.flows.handler import FlowError
 from orchestrator.settings import Settings
-from orchestrator.store import DeploymentStore
+from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
+from orchestrator.state.store import DeploymentStore
 
 
 class RecordingHandler:

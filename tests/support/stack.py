@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.rendering import DEPLOYMENT_LABEL
+from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo
 from tests.support.live import ServiceProcess, wait_until

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.hookspecs import hookimpl
-from orchestrator.plugin_types import AppService, Detection, FrameworkSpec, RenderContext
-from orchestrator.preview_config import PreviewConfig
-from orchestrator.templating import render_template
+from orchestrator.plugin_api import (
+    AppService,
+    Detection,
+    FrameworkSpec,
+    PreviewConfig,
+    RenderContext,
+    hookimpl,
+    render_template,
+)
 
 NAME = "deno"
 

@@ -1,0 +1,113 @@
+"""Cloning and updating a pull request's checkout with git, as argument lists.
+
+The code host token reaches git only through GIT_CONFIG_* environment variables of that one git process
+(an `http.extraHeader`), never the URL, a file, argv or the log — and only for clone URLs on the code host.
+
+The repository's git directory lives beside the checkout, not in it (`--separate-git-dir`), and every git
+command names it explicitly: a preview's containers can see the checkout, and whatever they write there (a
+`.git` file pointing elsewhere, hooks, `core.fsmonitor`) is never read by git. Git runs with hooks and
+fsmonitor switched off and with no user or system configuration, so nothing in a checkout makes it run a
+program.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+
+# Overrides on every git command: no hook, no fsmonitor daemon, no helper program runs.
+HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "credential.helper=",
+            "-c", "core.sshCommand=ssh", "-c", "protocol.ext.allow=never", "-c", "core.untrackedCache=false")
+
+
+class CloneRefused(Exception):
+    """The clone URL uses a transport the operator did not allow."""
+
+
+def clone_url_problem(url: str, allowed_protocols: tuple[str, ...]) -> str | None:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower() if parts.scheme else ("file" if url.startswith("/") else "")
+    if scheme not in allowed_protocols:
+        return f"clone URL scheme {scheme or '(none)'} is not allowed (ALLOWED_CLONE_PROTOCOLS)"
+    if any(ord(c) < 0x20 for c in url) or url.startswith("-"):
+        return "clone URL is not valid"
+    return None
+
+
+def token_applies(clone_url: str, api_url: str) -> bool:
+    """Send the token only to the code host itself (github.com for api.github.com; the same host for GHE),
+    over the API's own scheme."""
+    clone, api = urlsplit(clone_url), urlsplit(api_url)
+    if clone.scheme not in ("https", "http") or clone.scheme != api.scheme or not clone.hostname or not api.hostname:
+        return False
+    if clone.port != api.port:
+        return False
+    api_host = api.hostname.lower()
+    web_host = api_host.removeprefix("api.")
+    return clone.hostname.lower() in (api_host, web_host)
+
+
+class Git:
+    def __init__(self, token: str, api_url: str, allowed_protocols: tuple[str, ...], timeout: float,
+                 env: HostEnv) -> None:
+        self._token = token
+        self._api_url = api_url
+        self._protocols = allowed_protocols
+        self._timeout = timeout
+        self._env = env
+
+    def _environment(self, clone_url: str, local: bool) -> dict[str, str]:
+        extra = {"GIT_ALLOW_PROTOCOL": "file" if local else ":".join(self._protocols)}
+        if local:
+            # A directory on this host, chosen by its operator (`preview-orchestrator up`); it may belong to
+            # another user, which git refuses unless told that this one directory is safe.
+            extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+                          "GIT_CONFIG_VALUE_0": clone_url})
+        elif self._token and token_applies(clone_url, self._api_url):
+            basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
+            extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                          "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
+        return self._env.git(extra)
+
+    def _git(self, args: list[str], work_dir: Path, git_dir: Path | None, clone_url: str, log: DeploymentLog,
+             control: FlowControl | None, local: bool) -> str:
+        where = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={work_dir}"]
+        return run(["git", *HARDENED, *where, *args], cwd=work_dir if git_dir else None,
+                   env=self._environment(clone_url, local), timeout=self._timeout, log=log, control=control)
+
+    @staticmethod
+    def has_checkout(work_dir: Path, git_dir: Path) -> bool:
+        return work_dir.is_dir() and (git_dir / "HEAD").is_file()
+
+    def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
+              control: FlowControl | None = None, local: bool = False) -> None:
+        """`local`: `clone_url` is a directory of this host given by its operator (`preview-orchestrator up`),
+        cloned whatever ALLOWED_CLONE_PROTOCOLS says (it is for URLs from webhooks)."""
+        problem = clone_url_problem(clone_url, ("file",) if local else self._protocols)
+        if problem:
+            raise CloneRefused(problem)
+        work_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", clone_url, str(work_dir)],
+                  work_dir.parent, None, clone_url, log, control, local)
+        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local)
+
+    def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
+                 control: FlowControl | None = None, local: bool = False) -> None:
+        """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""
+        def git(*args: str) -> str:
+            return self._git(list(args), work_dir, git_dir, clone_url, log, control, local)
+
+        git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
+        try:
+            git("cat-file", "-e", f"{sha}^{{commit}}")
+        except CommandFailed:
+            git("fetch", "origin", "--", sha)
+        git("checkout", "--force", "-B", branch, sha)
+        git("reset", "--hard", sha)
+        # Leftovers of the previous render (injected Dockerfile, generated compose files) go too.
+        git("clean", "-fdx", "--quiet")

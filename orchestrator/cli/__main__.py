@@ -1,0 +1,5 @@
+import sys
+
+from orchestrator.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,203 @@
+"""`preview-orchestrator doctor`, and the same checks at start-up: one line per requirement, ✓ or ✗ with the fix.
+
+Hard requirements (the Docker engine, compose v2, git, the proxy's program, writable state and work directories)
+stop the service when they fail; the others are warnings: a preview can still be made, but something will go
+wrong or be slow.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from orchestrator.adapters.commands import CommandFailed, run
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.nginx_site import dump_command, includes_routes
+from orchestrator.settings import Settings
+from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
+from orchestrator.state.store import DeploymentStore, StoreError
+
+LOW_DISK_BYTES = 5 * 1024**3
+OK, FAILED = "✓", "✗"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""  # what was found
+    fix: str = ""  # what to do when not ok
+    hard: bool = False
+
+    def line(self) -> str:
+        text = f"{OK if self.ok else FAILED} {self.name}"
+        if self.detail:
+            text += f": {self.detail}"
+        if not self.ok and self.fix:
+            text += f" — fix: {self.fix}"
+        return text
+
+
+def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
+    """Every check, in a fixed order; the slow ones (commands, the code host) run in parallel."""
+    probes: list[Callable[[], Check]] = [
+        lambda: _docker_engine(env), lambda: _compose(env), lambda: _buildkit(env), lambda: _git(env),
+        lambda: _proxy_program(settings), lambda: _proxy_test(settings, env), lambda: _routes_included(settings, env),
+        lambda: _writable("state directory", settings.state_dir, "DEPLOYMENTS_DB"),
+        lambda: _writable("work directory", settings.deployments_dir, "DEPLOYMENTS_DIR"),
+        lambda: _free_ports(settings), lambda: _disk(settings), lambda: _allowed_repos(settings),
+        lambda: _codehost(settings),
+    ]
+    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+        return list(pool.map(_safely, probes))
+
+
+def report(checks: list[Check]) -> str:
+    return "\n".join(check.line() for check in checks) + "\n"
+
+
+def hard_failures(checks: list[Check]) -> list[Check]:
+    return [check for check in checks if check.hard and not check.ok]
+
+
+def _safely(probe: Callable[[], Check]) -> Check:
+    try:
+        return probe()
+    except Exception as exc:  # noqa: BLE001 - a check that breaks is reported, never a crash of doctor
+        return Check("check", False, f"could not run ({type(exc).__name__}: {exc})")
+
+
+def _command(argv: list[str], env: dict[str, str], timeout: float = 20) -> tuple[bool, str]:
+    try:
+        return True, run(argv, cwd=None, env=env, timeout=timeout, log=None).strip()
+    except CommandFailed as exc:
+        return False, (exc.tail(2) or str(exc)).strip()
+
+
+def _docker_engine(env: HostEnv) -> Check:
+    ok, output = _command(["docker", "version", "--format", "{{.Server.Version}} (API {{.Server.APIVersion}})"],
+                          env.docker())
+    fix = ("start the engine (as root: scripts/prepare-host), or point DOCKER_HOST / DOCKER_CONTEXT at it"
+           if shutil.which("docker") else "install it: scripts/prepare-host (Debian's docker.io)")
+    return Check("Docker engine reachable", ok, output.splitlines()[-1] if output else "", fix, hard=True)
+
+
+def _compose(env: HostEnv) -> Check:
+    ok, output = _command(["docker", "compose", "version", "--short"], env.docker())
+    return Check("docker compose v2", ok and output[:1] == "2", output,
+                 "install the compose v2 plugin: scripts/prepare-host, or Docker's manual install into "
+                 "~/.docker/cli-plugins", hard=True)
+
+
+def _buildkit(env: HostEnv) -> Check:
+    ok, output = _command(["docker", "buildx", "version"], env.docker())
+    if ok:
+        return Check("BuildKit (buildx)", True, output.split("\n")[0])
+    return Check("BuildKit (buildx)", False, "not available: images build with the classic builder (no build "
+                 "cache mounts, slower rebuilds)", "install the docker-buildx plugin for faster builds")
+
+
+def _git(env: HostEnv) -> Check:
+    ok, output = _command(["git", "--version"], env.git())
+    return Check("git", ok, output, "apt-get install git", hard=True)
+
+
+def _proxy_program(settings: Settings) -> Check:
+    program = shlex.split(settings.proxy_reload_command)[0]
+    found = shutil.which(program)
+    return Check(f"{program} installed (PROXY_RELOAD_COMMAND)", bool(found), found or "not found",
+                 "apt-get install nginx-light (scripts/prepare-host)" if program == "nginx" else
+                 "install it or change PROXY_RELOAD_COMMAND", hard=True)
+
+
+def _proxy_test(settings: Settings, env: HostEnv) -> Check:
+    ok, output = _command(shlex.split(settings.proxy_test_command), env.tools())
+    return Check(f"{settings.proxy_test_command} passes", ok, "" if ok else output,
+                 "fix the nginx configuration it names")
+
+
+def _routes_included(settings: Settings, env: HostEnv) -> Check:
+    name = f"a server includes {settings.proxy_config_dir}/*.conf"
+    dump = dump_command(settings.proxy_test_command)
+    if dump is None:
+        return Check(name, True, "cannot tell (PROXY_TEST_COMMAND is not nginx -t)")
+    ok, output = _command(dump, env.tools())
+    if not ok:
+        return Check(name, False, "nginx -T failed", "fix the nginx configuration first")
+    found = includes_routes(output, settings.proxy_config_dir)
+    return Check(name, found, "" if found else "previews would answer 404",
+                 "run preview-orchestrator setup-nginx, or add the include to your server block (README)")
+
+
+def _writable(label: str, directory: Path, variable: str) -> Check:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check(f"{label} writable", False, f"{directory}: {exc.strerror}",
+                     f"make {directory} writable by the service, or set {variable}", hard=True)
+    return Check(f"{label} writable", True, str(directory))
+
+
+def _free_ports(settings: Settings) -> Check:
+    try:
+        held = DeploymentStore(settings.deployments_db).read().portAllocations.values()
+    except StoreError as exc:
+        return Check("free ports in both pools", False, str(exc), "repair the tracking store")
+    taken = {port for allocation in held for port in (allocation.exposedAppPort, allocation.exposedDbPort)}
+    app = sum(1 for port in APP_POOL if port not in taken and host_port_free(port))
+    db = sum(1 for port in DB_POOL if port not in taken and host_port_free(port))
+    return Check("free ports in both pools", app > 0 and db > 0, f"{app} app ports, {db} db ports",
+                 "close previews, or free ports 8000-9999")
+
+
+def _disk(settings: Settings) -> Check:
+    directory = settings.deployments_dir if settings.deployments_dir.exists() else Path("/")
+    usage = shutil.disk_usage(directory)
+    gib = usage.free / 1024**3
+    return Check("free disk space", usage.free >= LOW_DISK_BYTES, f"{gib:.1f} GiB free under {directory}",
+                 "free space (docker system prune) or move DEPLOYMENTS_DIR")
+
+
+def _allowed_repos(settings: Settings) -> Check:
+    if settings.allowed_repos:
+        return Check("ALLOWED_REPOS set", True, ", ".join(settings.allowed_repos))
+    return Check("ALLOWED_REPOS set", False, "empty: every pull_request webhook is refused with 403",
+                 "set ALLOWED_REPOS=owner/repo in the environment or .env")
+
+
+def _codehost(settings: Settings) -> Check:
+    name = f"code host API reachable ({settings.codehost_api_url})"
+    headers = {"Accept": "application/vnd.github+json", "User-Agent": "preview-orchestrator"}
+    token = settings.codehost_token.get_secret_value()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        response = httpx.get(f"{settings.codehost_api_url}/rate_limit", headers=headers, timeout=5)
+    except httpx.HTTPError as exc:
+        return Check(name, False, type(exc).__name__, "check the network, or CODEHOST_API_URL")
+    if response.status_code == 401:
+        return Check(name, False, "the token was refused (401)", "set a valid CODEHOST_TOKEN")
+    if response.status_code != 200:
+        return Check(name, False, f"HTTP {response.status_code}", "check CODEHOST_API_URL")
+    try:
+        core = response.json()["resources"]["core"]
+        detail = f"{core['remaining']}/{core['limit']} requests left this hour"
+    except (ValueError, KeyError, TypeError):
+        detail = "answered"
+    if not token:
+        detail += "; no CODEHOST_TOKEN: comments cannot be posted"
+    return Check(name, bool(token), detail, "set CODEHOST_TOKEN (pull-request comments need it)")
+
+
+def running_as_root() -> bool:
+    return os.geteuid() == 0

@@ -1,0 +1,150 @@
+"""`preview-orchestrator list | logs ID [--follow] | cleanup ID | up DIR | down ID`: talk to the running service
+over HTTP.
+
+The service is found at --url, else PREVIEW_ORCHESTRATOR_URL, else http://127.0.0.1:$ORCHESTRATOR_PORT
+(3000 by default). These commands need no secrets: they use the API the service already exposes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from orchestrator.common.humanize import age
+from orchestrator.common.text_table import format_table
+
+EXIT_UNREACHABLE = 2
+
+
+class ServiceUnreachable(Exception):
+    pass
+
+
+def service_url(explicit: str | None) -> str:
+    if explicit:
+        return explicit.rstrip("/")
+    if os.environ.get("PREVIEW_ORCHESTRATOR_URL"):
+        return os.environ["PREVIEW_ORCHESTRATOR_URL"].rstrip("/")
+    return f"http://127.0.0.1:{os.environ.get('ORCHESTRATOR_PORT', '3000')}"
+
+
+def _error(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}"
+
+
+def previews_table(deployments: list[dict[str, Any]], now: datetime | None = None) -> str:
+    rows = [["ID", "STATUS", "PR", "BRANCH", "COMMIT", "AGE", "URL"]]
+    for d in sorted(deployments, key=lambda d: (d["projectSlug"], d["prNumber"])):
+        status = d["status"] + (f" ({d['error']})" if d.get("error") else "")
+        rows.append([d["deploymentId"], status if len(status) <= 60 else status[:57] + "...", f"#{d['prNumber']}",
+                     d["branch"], (d["commitSha"] or "")[:7],
+                     age(datetime.fromisoformat(d["createdAt"]), now or datetime.now(UTC)), d["url"]])
+    return format_table(rows)
+
+
+def _request(method: str, url: str, path: str, timeout: float, body: dict[str, Any] | None = None) -> httpx.Response:
+    try:
+        return httpx.request(method, f"{url}{path}", timeout=timeout, json=body)
+    except httpx.TransportError as exc:
+        raise ServiceUnreachable(f"cannot reach the service at {url}: {exc}") from None
+
+
+def list_previews(url: str, as_json: bool) -> int:
+    response = _request("GET", url, "/api/previews", timeout=30)
+    if response.status_code != 200:
+        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+        return 1
+    deployments = response.json()["deployments"]
+    if as_json:
+        sys.stdout.write(response.text + "\n")
+    elif deployments:
+        sys.stdout.write(previews_table(deployments))
+    else:
+        print("No previews.")
+    return 0
+
+
+def show_logs(url: str, deployment_id: str, follow: bool) -> int:
+    params = {"follow": "true"} if follow else {}
+    try:
+        # No read timeout while following: a build can be silent for minutes.
+        with httpx.stream("GET", f"{url}/api/previews/{deployment_id}/logs", params=params,
+                          timeout=httpx.Timeout(30, read=None if follow else 30)) as response:
+            if response.status_code != 200:
+                response.read()
+                print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+                return 1
+            for chunk in response.iter_bytes():
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+    except httpx.TransportError as exc:
+        raise ServiceUnreachable(f"cannot reach the service at {url}: {exc}") from None
+    return 0
+
+
+def cleanup(url: str, deployment_id: str) -> int:
+    response = _request("DELETE", url, f"/api/previews/{deployment_id}", timeout=600)  # waits for the cleanup
+    if response.status_code != 200:
+        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+        return 1
+    print(response.json()["message"])
+    return 0
+
+
+def up(url: str, directory: Path, name: str | None, pr: int, follow: bool) -> int:
+    """Snapshot `directory`, ask the service to deploy it, wait for the outcome (streaming the log with
+    `follow`) and print where it runs. Exit 0 running, 1 failed or refused."""
+    from orchestrator.cli import snapshot
+    name = name or directory.resolve().name
+    try:
+        taken = snapshot.take(directory.resolve(), name)
+    except snapshot.SnapshotError as exc:
+        print(f"preview-orchestrator: {exc}", file=sys.stderr)
+        return 1
+    response = _request("POST", url, "/api/previews", timeout=30, body={
+        "path": str(taken.repository), "name": name, "pr": pr, "branch": taken.branch, "sha": taken.sha})
+    if response.status_code != 202:
+        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+        return 1
+    accepted = response.json()
+    deployment = accepted["deploymentId"]
+    print(f"{deployment}: deploying {directory} (snapshot {taken.sha[:7]})"
+          + ("" if follow else f"; follow the build with: preview-orchestrator logs {deployment} -f"), flush=True)
+    record = _settled(url, deployment, taken.sha, follow)
+    if record is None:
+        print(f"{deployment}: gone before it settled (removed meanwhile)", file=sys.stderr)
+        return 1
+    if record["status"] == "running":
+        print(f"{deployment}: running at {record['url']}")
+        return 0
+    print(f"{deployment}: failed: {record.get('error')} (the log: preview-orchestrator logs {deployment})",
+          file=sys.stderr)
+    return 1
+
+
+def _settled(url: str, deployment: str, sha: str, follow: bool) -> dict[str, Any] | None:
+    """The record once the deploy of `sha` has ended (running or failed)."""
+    seen = False
+    while True:
+        if follow and seen:
+            show_logs(url, deployment, follow=True)  # returns when the flow has ended
+            follow = False
+        response = _request("GET", url, "/api/previews", timeout=30)
+        records = {d["deploymentId"]: d for d in response.json()["deployments"]}
+        record = records.get(deployment)
+        if record is not None:
+            seen = True
+            if record["commitSha"] == sha and record["status"] != "building":
+                return record
+        elif seen:
+            return None
+        time.sleep(0.5)

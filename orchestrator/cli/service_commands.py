@@ -1,0 +1,87 @@
+"""The commands that run or check the service on this host: serve, doctor, setup-nginx."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from orchestrator import __version__
+from orchestrator.cli.exits import service_settings_or_exit
+from orchestrator.settings import Settings
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from orchestrator.events.inbox import InboxError
+    from orchestrator.http.app import create_app
+    from orchestrator.observability.logs import configure_logging
+    from orchestrator.rendering.plugin_host import PluginError
+
+    settings, secret_file = service_settings_or_exit()
+    configure_logging(settings.log_level, settings.secret_values())
+    if not checks_pass(settings):
+        return 2
+    try:
+        app = create_app(settings)
+    except (InboxError, PluginError, ImportError, ValueError) as exc:
+        print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
+        return 2
+    host, port = args.host or settings.orchestrator_host, args.port or settings.orchestrator_port
+    print(next_steps(settings, secret_file, f"http://{host}:{port}"), flush=True)
+    uvicorn.run(app, host=host, port=port, log_config=None, lifespan="on", server_header=False)
+    return 0
+
+
+def checks_pass(settings: Settings) -> bool:
+    """Start-up runs doctor's checks: hard failures stop it (with doctor's lines), soft ones are warnings."""
+    import logging
+
+    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.cli import doctor
+
+    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
+    failed = doctor.hard_failures(checks)
+    for check in failed:
+        print(f"preview-orchestrator: {check.line()}", file=sys.stderr)
+    for check in checks:
+        if not check.ok and not check.hard:
+            logging.getLogger("orchestrator.cli.doctor").warning("%s", check.line())
+    return not failed
+
+
+def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -> str:
+    """What a user does next, in a few lines (the secret itself is never printed)."""
+    base = settings.preview_base_url or "http://localhost"
+    secret = (f"kept in {secret_file} (show it: sudo cat {secret_file})" if secret_file
+              else "from CODEHOST_WEBHOOK_SECRET")
+    repos = ", ".join(settings.allowed_repos) or "none yet: set ALLOWED_REPOS=owner/repo (environment or .env)"
+    return "\n".join([
+        f"preview-orchestrator {__version__} is serving on {service_url} (dashboard, API, /metrics)",
+        f"  webhook secret: {secret}",
+        f"  code host: add a webhook with URL {base}/webhook/codehost, content type application/json, that "
+        "secret, and the \"Pull requests\" event",
+        f"  allowed repositories: {repos}",
+        "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
+    ])
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.cli import doctor
+
+    settings, _ = service_settings_or_exit()
+    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
+    sys.stdout.write(doctor.report(checks))
+    return 1 if doctor.hard_failures(checks) else 0
+
+
+def setup_nginx(args: argparse.Namespace) -> int:
+    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.adapters.nginx_site import ensure_site
+
+    settings, _ = service_settings_or_exit()
+    result = ensure_site(settings, HostEnv.for_state_dir(settings.state_dir))
+    print(result.message, file=sys.stdout if result.ok else sys.stderr)
+    return 0 if result.ok else 1

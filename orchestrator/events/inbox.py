@@ -1,0 +1,243 @@
+"""The durable event inbox: accepted webhook events, kept until their flow has finished.
+
+SQLite from the standard library, not a hand-written journal: one transaction gives us the durable write
+before the 200, the unique delivery id, and the supersede/cancel rules atomically; WAL with
+`synchronous=FULL` for accepted events survives `kill -9` and power loss, and there is nothing to compact
+by hand.
+
+An event moves `pending` → `running` → `done` | `failed`; a pending event can instead end `superseded`
+(a newer synchronize for the same pull request arrived) or `cancelled` (the pull request was closed).
+On start-up, events left `running` by a crash go back to `pending`, so every acknowledged event is
+processed; flows are written to be safe to run again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from orchestrator.state.records import PullRequestEvent
+
+FINISHED = ("done", "failed", "superseded", "cancelled")
+KEEP_FINISHED = timedelta(days=7)  # long enough to recognise a redelivery from the code host's UI
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    delivery_id   TEXT NOT NULL UNIQUE,
+    deployment_id TEXT NOT NULL,
+    action        TEXT NOT NULL,
+    event_json    TEXT NOT NULL,
+    status        TEXT NOT NULL DEFAULT 'pending',
+    error         TEXT,
+    received_at   TEXT NOT NULL,
+    finished_at   TEXT
+);
+CREATE INDEX IF NOT EXISTS events_open ON events (status, deployment_id, seq);
+"""
+
+
+class InboxError(Exception):
+    """The inbox file cannot be opened or written."""
+
+
+class DeploymentTaken(Exception):
+    """An open event of another repository holds this deployment id (their names give the same slug)."""
+
+    def __init__(self, owner: str, name: str) -> None:
+        super().__init__(f"{owner}/{name}")
+        self.owner = owner
+        self.name = name
+
+
+@dataclass(frozen=True)
+class Accepted:
+    seq: int
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    seq: int
+    event: PullRequestEvent
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    error: str | None
+
+
+class Inbox:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise InboxError(f"Event inbox {path} cannot be opened: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def accept(self, event: PullRequestEvent) -> Accepted:
+        """Store `event` durably; a delivery id seen before is reported as a duplicate and not stored."""
+        with self._lock, self._transaction():
+            row = self._db.execute(
+                "SELECT seq FROM events WHERE delivery_id = ?", (event.delivery_id,)
+            ).fetchone()
+            if row:
+                return Accepted(seq=row[0], duplicate=True)
+            self._check_owner(event)
+            if event.action == "synchronize":
+                self._finish_pending(event.deployment_id, ("synchronize",), "superseded")
+            elif event.action == "closed":
+                self._finish_pending(event.deployment_id, None, "cancelled")
+            cursor = self._db.execute(
+                "INSERT INTO events (delivery_id, deployment_id, action, event_json, received_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (
+                    event.delivery_id,
+                    event.deployment_id,
+                    event.action,
+                    event.model_dump_json(),
+                    event.received_at.isoformat(),
+                ),
+            )
+            return Accepted(seq=int(cursor.lastrowid or 0), duplicate=False)
+
+    def claim_next(self, busy_deployments: Iterable[str],
+                   actions: Iterable[str] | None = None) -> Claimed | None:
+        """Mark the oldest pending event of a deployment that is not busy (and, if given, of one of `actions`)
+        as running and return it."""
+        busy = list(busy_deployments)
+        wanted = list(actions or ())
+        exclude = f"AND deployment_id NOT IN ({','.join('?' * len(busy))})" if busy else ""
+        only = f"AND action IN ({','.join('?' * len(wanted))})" if wanted else ""
+        with self._lock, self._transaction(durable=False):
+            row = self._db.execute(
+                f"SELECT seq, event_json FROM events WHERE status = 'pending' {exclude} {only} "  # noqa: S608
+                "ORDER BY seq LIMIT 1",
+                [*busy, *wanted],
+            ).fetchone()
+            if row is None:
+                return None
+            self._db.execute("UPDATE events SET status = 'running' WHERE seq = ?", (row[0],))
+        return Claimed(seq=row[0], event=PullRequestEvent.model_validate_json(row[1]))
+
+    def finish(self, seq: int, error: str | None) -> None:
+        status = "failed" if error else "done"
+        with self._lock, self._transaction(durable=False):
+            self._db.execute(
+                "UPDATE events SET status = ?, error = ?, finished_at = ? WHERE seq = ?",
+                (status, error, _now(), seq),
+            )
+
+    def outcome(self, seq: int) -> Outcome | None:
+        """The final outcome of an event, or None while it is pending or running."""
+        with self._lock:
+            row = self._db.execute("SELECT status, error FROM events WHERE seq = ?", (seq,)).fetchone()
+        if row is None or row[0] not in FINISHED:
+            return None
+        return Outcome(status=row[0], error=row[1])
+
+    def requeue_interrupted(self) -> int:
+        """Put events a crash left `running` back in line; returns how many."""
+        with self._lock, self._transaction():
+            cursor = self._db.execute("UPDATE events SET status = 'pending' WHERE status = 'running'")
+            return cursor.rowcount
+
+    def prune(self, now: datetime | None = None) -> int:
+        cutoff = ((now or datetime.now(UTC)) - KEEP_FINISHED).isoformat()
+        with self._lock, self._transaction():
+            cursor = self._db.execute(
+                f"DELETE FROM events WHERE status IN ({','.join('?' * len(FINISHED))})"  # noqa: S608
+                " AND finished_at < ?",
+                (*FINISHED, cutoff),
+            )
+            return cursor.rowcount
+
+    def open_deployments(self) -> set[str]:
+        """Deployments with an event still to run (pending, or running when the service stopped)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT deployment_id FROM events WHERE status IN ('pending', 'running')"
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def depth(self) -> int:
+        """Events accepted and not finished yet (pending or running)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM events WHERE status IN ('pending', 'running')"
+            ).fetchone()
+        return int(row[0])
+
+    def _check_owner(self, event: PullRequestEvent) -> None:
+        """Refuse an event whose deployment id has open work of another repository (checked in the same
+        transaction as the insert, so no event of the other repository can be superseded or cancelled)."""
+        rows = self._db.execute(
+            "SELECT event_json FROM events WHERE deployment_id = ? AND status IN ('pending', 'running')",
+            (event.deployment_id,),
+        ).fetchall()
+        def owner(of: PullRequestEvent) -> tuple[str, str]:
+            return of.source, f"{of.repo_owner}/{of.repo_name}".lower()
+
+        for (event_json,) in rows:
+            other = PullRequestEvent.model_validate_json(event_json)
+            if owner(other) != owner(event):
+                raise DeploymentTaken(other.repo_owner, other.repo_name)
+
+    def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:
+        query = "UPDATE events SET status = ?, finished_at = ? WHERE status = 'pending' AND deployment_id = ?"
+        params: list[str] = [status, _now(), deployment_id]
+        if actions:
+            query += f" AND action IN ({','.join('?' * len(actions))})"
+            params.extend(actions)
+        self._db.execute(query, params)
+
+    def _transaction(self, durable: bool = True) -> _Transaction:
+        # A commit that acknowledges a webhook is fsynced before the 200. Claiming and finishing are not
+        # (WAL, synchronous=NORMAL: safe against a crash of the service, not of the machine): lost on power
+        # loss, they only make an event run again, which flows allow. That halves the fsyncs per event.
+        self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        return _Transaction(self._db, self.path)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT, turning SQLite and disk errors into InboxError."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self._path = path
+
+    def __enter__(self) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise InboxError(f"Event inbox {self._path} cannot be written: {exc}") from exc
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_error:
+                self._db.execute("ROLLBACK")
+                raise InboxError(f"Event inbox {self._path} cannot be written: {commit_error}") from None
+        self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise InboxError(f"Event inbox {self._path} cannot be written: {exc}") from exc
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()

@@ -1,0 +1,61 @@
+"""The time-to-live: previews whose last deploy or update is older than CLEANUP_TTL_DAYS are cleaned up.
+
+Expiry goes through the inbox as a `closed` event, so it is serialised with the pull request's other work;
+its delivery id includes the record's `updatedAt`, so one expiry is queued once however often we look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import Inbox
+from orchestrator.state.records import DeploymentRecord, event_for_record
+
+log = logging.getLogger("orchestrator.events.ttl")
+
+
+class TtlScheduler:
+    def __init__(self, expired: Callable[[datetime], list[DeploymentRecord]], inbox: Inbox,
+                 dispatcher: Dispatcher, interval: float) -> None:
+        self._expired = expired
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="ttl")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def check(self, now: datetime | None = None) -> int:
+        """Queue a cleanup for every expired preview; returns how many were newly queued."""
+        queued = 0
+        for record in await asyncio.to_thread(self._expired, now or datetime.now(UTC)):
+            event = event_for_record(record, "closed",
+                                     f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}")
+            accepted = await asyncio.to_thread(self._inbox.accept, event)
+            if not accepted.duplicate:
+                queued += 1
+                log.info("TTL expired; cleanup queued", extra={"deploymentId": record.deploymentId})
+        if queued:
+            self._dispatcher.notify()
+        return queued
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except Exception:
+                log.exception("TTL check failed; trying again later")
+            await asyncio.sleep(self._interval)

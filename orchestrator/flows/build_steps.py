@@ -1,0 +1,160 @@
+"""The steps of a deploy or update, in order: checkout, preview-config.yml, build_commands, render, build,
+startup_commands' main process, start, health, route. Each step turns its adapter's failure into StepFailed with
+the spec's message."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from orchestrator.adapters.build_commands import BuildCommandError
+from orchestrator.adapters.commands import CommandFailed
+from orchestrator.adapters.git import CloneRefused
+from orchestrator.adapters.health import wait_healthy
+from orchestrator.adapters.nginx import ProxyError
+from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.flows.context import FlowContext, StepFailed, Target
+from orchestrator.flows.records import set_fields
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
+from orchestrator.rendering.compose_file import (
+    RenderedDeployment,
+    main_process,
+    make_context,
+    render_deployment,
+    rewrite_compose,
+    with_startup,
+    write_rendered,
+)
+from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent
+
+TAIL = 20  # lines of the app's output in a failure comment
+
+
+class BuildSteps:
+    def __init__(self, context: FlowContext) -> None:
+        self.c = context
+
+    def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
+            route_served: bool) -> None:
+        self.checkout(event, target, control)
+        config = self.configure(event, target)
+        self.build_commands(event, target, config, control)
+        rendered, compose_file = self.render(event, target, record, config)
+        runtime = self.c.runtime
+        try:
+            runtime.build(event.deployment_id, compose_file, target.log, control)
+            if rendered.pending_startup is not None:
+                compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
+            runtime.start(event.deployment_id, compose_file, target.log, control)
+        except RuntimeFailure as exc:
+            raise StepFailed(exc.message, exc.detail) from None
+        self.wait_healthy(event, target, record, config, compose_file, control)
+        try:
+            self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
+                                 served=route_served)
+        except ProxyError as exc:
+            raise StepFailed("Nginx reload failed", str(exc)) from None
+
+    def checkout(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
+        if not event.clone_url or not event.branch or not event.commit_sha:
+            raise StepFailed("The pull request has no clone URL, branch or commit to deploy")
+        git = self.c.git
+        try:
+            if git.has_checkout(target.work_dir, target.git_dir):
+                git.checkout(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
+                             target.log, control, local=event.local)
+            else:
+                remove_tree(target.work_dir)  # a partial clone, or a checkout of the old layout (.git inside)
+                remove_tree(target.git_dir)
+                target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+                git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
+                          target.log, control, local=event.local)
+            for private in (target.work_dir, target.git_dir):
+                private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
+        except CloneRefused as exc:
+            raise StepFailed(str(exc)) from None
+        except CommandFailed as exc:
+            raise StepFailed("Git clone or checkout failed", exc.tail()) from None
+        except OSError as exc:
+            raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
+
+    def configure(self, event: PullRequestEvent, target: Target) -> PreviewConfig:
+        try:
+            config = load_checkout_config(self.c.plugins, target.work_dir)
+        except ConfigError as exc:
+            raise StepFailed("; ".join(exc.problems)) from None
+        set_fields(self.c.store, event.deployment_id, framework=config.framework, dbType=config.database,
+                   appPort=config.app_port)
+        return config
+
+    def build_commands(self, event: PullRequestEvent, target: Target, config: PreviewConfig,
+                       control: FlowControl) -> None:
+        framework = self.c.plugins.provided.frameworks[config.framework]
+        try:
+            self.c.build_commands.run_all(config.build_commands, target.work_dir, event.deployment_id,
+                                          framework.toolchain_image, target.log, control)
+        except BuildCommandError as exc:
+            raise StepFailed(exc.message, exc.detail) from None
+        try:
+            # After build_commands too: they may have created links. Compose and the renderer read the checkout.
+            check_links(target.work_dir)
+        except UnsafeCheckout as exc:
+            raise StepFailed(str(exc)) from None
+
+    def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+               config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
+        context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
+                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides)
+        try:
+            rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
+        except ConfigError as exc:
+            raise StepFailed("; ".join(exc.problems)) from None
+        except RuntimeFailure as exc:
+            raise StepFailed("docker compose could not read the compose file", exc.detail) from None
+        try:
+            return rendered, write_rendered(target.work_dir, rendered)
+        except OSError as exc:
+            raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
+
+    def startup_before_main(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                            compose_file: Path, control: FlowControl) -> Path:
+        """startup_commands, then the image's own ENTRYPOINT and CMD (a repository that works with `docker run`
+        works as a preview): read from the built (or pulled) image, written into the compose file."""
+        pending = rendered.pending_startup
+        assert pending is not None
+        entrypoint, cmd = self.c.runtime.image_command(event.deployment_id, compose_file, "app", pending.image,
+                                                       target.log, control)
+        main = main_process(pending, entrypoint, cmd)
+        if not main:
+            raise StepFailed("The app image has no ENTRYPOINT or CMD to run after startup_commands")
+        target.log.note(f"startup_commands, then the image's main process: {main}")
+        return rewrite_compose(target.work_dir, with_startup(rendered, pending.commands, main))
+
+    def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                     config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
+        settings = self.c.settings
+        url = self.c.runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
+        probing = time.monotonic()
+        healthy = wait_healthy(url, settings.health_check_interval_seconds, settings.health_check_timeout_seconds,
+                               target.log, control)
+        self.c.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
+        if not healthy:
+            raise StepFailed("Health check timeout", self.app_output(event.deployment_id, compose_file))
+
+    def app_output(self, deployment_id: str, compose_file: Path) -> str:
+        try:
+            output = self.c.runtime.logs(deployment_id, compose_file, "app", tail=TAIL)
+        except RuntimeFailure as exc:
+            return exc.detail
+        return "\n".join(output.splitlines()[-TAIL:])
+
+
+def remove_tree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

@@ -1,0 +1,56 @@
+"""The cleanup flow: remove everything of a deployment, going on past failures. The record and its ports are
+forgotten only once nothing is left; otherwise the record stays (failed, with what is left) for a retry."""
+
+from __future__ import annotations
+
+import logging
+
+from orchestrator.adapters.nginx import ProxyError
+from orchestrator.flows import comments
+from orchestrator.flows.build_steps import remove_tree
+from orchestrator.flows.context import FlowContext
+from orchestrator.flows.handler import FlowError
+from orchestrator.flows.records import forget, set_fields
+from orchestrator.flows.reporting import Reporter
+from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent
+
+log = logging.getLogger("orchestrator.flows.cleanup")
+
+
+class CleanupFlow:
+    def __init__(self, context: FlowContext, reporter: Reporter) -> None:
+        self.c = context
+        self.reporter = reporter
+
+    def run(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> None:
+        target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
+        extra = {"deploymentId": event.deployment_id}
+        compose_file = next((target.work_dir / name for name in (REPO_COMPOSE_OUTPUT, GENERATED_COMPOSE)
+                             if (target.work_dir / name).is_file()), None)
+        problems = self.c.runtime.remove(event.deployment_id, compose_file)
+        try:
+            remove_tree(target.work_dir)
+            remove_tree(target.git_dir)
+            target.log.path.unlink(missing_ok=True)
+        except OSError as exc:
+            problems.append(f"work directory: {exc.strerror}")
+        try:
+            # nginx may still serve a tracked preview's route even when its file is gone (a crash, or an earlier
+            # cleanup whose reload failed), so a tracked preview's cleanup always reloads.
+            self.c.proxy.remove(target.slug, target.pr, None, reload_anyway=existing is not None)
+        except ProxyError as exc:
+            problems.append(f"proxy: {exc}")
+        self.c.metrics.cleanups.labels("failure" if problems else "success").inc()
+        if problems:
+            message = "Cleanup incomplete: " + "; ".join(problems)
+            for problem in problems:
+                log.error("cleanup: %s", problem, extra=extra)
+            set_fields(self.c.store, event.deployment_id, touch=False, status="failed", error=message)
+            raise FlowError(message)
+        forget(self.c.store, event.deployment_id)
+        if existing is not None and existing.commentId is not None:
+            self.reporter.comment(event, existing.commentId, comments.removed())
+        if existing is not None and existing.codehostDeploymentId is not None:
+            self.reporter.status(event, existing.codehostDeploymentId, "inactive", "Preview removed")
+        log.info("cleaned up", extra=extra)

@@ -1,0 +1,92 @@
+"""What every flow shares: the service's settings, the tracking store, the adapters and the runtime, and where
+one deployment lives on this host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.adapters.build_commands import BuildCommands
+from orchestrator.adapters.codehost import CodeHost
+from orchestrator.adapters.commands import DeploymentLog, deployment_log_path
+from orchestrator.adapters.git import Git
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.nginx import Proxy
+from orchestrator.common.secret_files import random_key, read_or_create
+from orchestrator.flows.handler import FlowError
+from orchestrator.observability.metrics import Metrics
+from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.plugin_api.runtime import Runtime
+from orchestrator.settings import Settings
+from orchestrator.state.store import DeploymentStore
+
+
+class StepFailed(Exception):
+    """A deploy step failed with the spec's user-facing message; `detail` is the log tail for the comment."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one deployment lives on this host."""
+
+    deployment_id: str
+    slug: str
+    pr: int
+    work_dir: Path
+    git_dir: Path  # beside the work directory: nothing a preview can see
+    log: DeploymentLog
+
+
+class FlowContext:
+    """The flows' shared dependencies, built once by the engine."""
+
+    def __init__(self, settings: Settings, plugins: PluginHost, codehost: CodeHost, metrics: Metrics,
+                 runtime: Runtime) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        self.codehost = codehost
+        self.metrics = metrics
+        self.runtime = runtime
+        self.store = DeploymentStore(settings.deployments_db)
+        self.env = HostEnv.for_state_dir(settings.state_dir)
+        self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
+                       settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env)
+        self.proxy = Proxy(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command,
+                           self.env)
+        self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
+                                            self.env, settings.build_commands_user,
+                                            lambda image: settings.image_overrides.get(image, image))
+        self._secrets = settings.secret_values()
+        self._password_key: bytes | None = None
+
+    def target(self, slug: str, pr: int, deployment_id: str) -> Target:
+        root = self.settings.deployments_dir.resolve()
+        work = (root / slug / f"pr-{pr}").resolve()
+        if not work.is_relative_to(root) or work == root:
+            raise FlowError("Invalid deployment path")
+        return Target(deployment_id, slug, pr, work, work.with_name(f"pr-{pr}.git"),
+                      DeploymentLog(deployment_log_path(root, slug, pr)))
+
+    def password_key(self) -> bytes:
+        """The key of the database passwords (common/secret_files.py); read once, created on first need."""
+        if self._password_key is None:
+            has_previews = bool(self.store.read().deployments)
+            secret = self.settings.codehost_webhook_secret.get_secret_value().encode()
+            self._password_key = read_or_create(self.settings.db_password_key_path,
+                                                lambda: secret if has_previews else random_key())
+        return self._password_key
+
+    def mask(self, text: str) -> str:
+        """The service's own secrets never reach a comment."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def limit_message(self) -> str:
+        return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "
+                "(MAX_CONCURRENT_PREVIEWS); close another pull request, then push again")

@@ -1,0 +1,75 @@
+"""The deploy engine: what EVENT_HANDLER builds by default. It wires the flows to the adapters and the runtime
+(chosen by RUNTIME through the plugin host) and sends each event to its flow:
+
+    handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place)
+                  → cleanup.py (closed)
+    startup(...)  → reconcile.py (once, before the first event)    expired(now) → reconcile.py (the TTL)
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from orchestrator.adapters.codehost import CodeHost
+from orchestrator.common.flow_control import FlowControl, unlimited
+from orchestrator.flows.cleanup import CleanupFlow
+from orchestrator.flows.context import FlowContext
+from orchestrator.flows.deploy import DeployFlow
+from orchestrator.flows.handler import FlowError
+from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
+from orchestrator.flows.reporting import Reporter
+from orchestrator.observability.metrics import Metrics
+from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
+from orchestrator.settings import Settings
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
+
+__all__ = ["INTERRUPTED", "DeployEngine"]
+log = logging.getLogger("orchestrator.flows.engine")
+FORK_REFUSAL = ("Pull requests from forks are not deployed: their code would run on the preview host. "
+                "A maintainer can push the branch to this repository, or the operator can set ALLOW_FORK_PRS=true.")
+
+
+class DeployEngine:
+    def __init__(self, settings: Settings, plugins: PluginHost | None = None,
+                 codehost: CodeHost | None = None, metrics: Metrics | None = None) -> None:
+        plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+        metrics = metrics or Metrics()
+        codehost = codehost or CodeHost(settings.codehost_api_url, settings.codehost_token.get_secret_value(),
+                                        retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
+        self.context = FlowContext(settings, plugins, codehost, metrics, plugins.runtime(settings.runtime, settings))
+        self.reporter = Reporter(codehost, self.context.store, settings)
+        self.deploy_flow = DeployFlow(self.context, self.reporter)
+        self.cleanup_flow = CleanupFlow(self.context, self.reporter)
+        self.reconciler = Reconciler(self.context, self.reporter)
+        # What tests and embedders reach for.
+        self.settings, self.plugins, self.codehost, self.metrics = settings, plugins, codehost, metrics
+        self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
+
+    def handle(self, event: PullRequestEvent, control: FlowControl | None = None) -> None:
+        control = control or unlimited()
+        existing = self.store.read().deployments.get(event.deployment_id)
+        if existing is not None and not existing.belongs_to(event):
+            raise FlowError(foreign_repository_message(event.deployment_id, existing.repoOwner, existing.repoName))
+        if event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
+            self._refuse_fork(event)
+        elif event.action == "closed":
+            self.cleanup_flow.run(event, existing)
+        else:
+            self.deploy_flow.run(event, existing, control)  # a preview that exists is updated in place
+
+    def startup(self, open_deployments: set[str]) -> None:
+        self.reconciler.startup(open_deployments)
+
+    def expired(self, now: datetime) -> list[DeploymentRecord]:
+        return self.reconciler.expired(now)
+
+    def password_key(self) -> bytes:
+        return self.context.password_key()
+
+    def _refuse_fork(self, event: PullRequestEvent) -> None:
+        """Forks run code from outside the team: one comment on opening, nothing recorded, nothing run."""
+        log.info("pull request from fork %s not deployed", event.head_repo_full_name,
+                 extra={"deploymentId": event.deployment_id})
+        if event.action in ("opened", "reopened"):
+            self.reporter.refuse(event, FORK_REFUSAL)

@@ -1,0 +1,86 @@
+"""Start-up reconciliation (after a crash: stop what the last run left running, settle records left building,
+remove what has no record) and the TTL's question: which previews have expired."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import datetime, timedelta
+
+from orchestrator.adapters.leftovers import stop_marked_processes
+from orchestrator.adapters.nginx import ProxyError
+from orchestrator.flows import comments
+from orchestrator.flows.context import FlowContext
+from orchestrator.flows.records import set_fields
+from orchestrator.flows.reporting import Reporter
+from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.state.records import DeploymentRecord, StoreFile, event_for_record
+
+log = logging.getLogger("orchestrator.flows.reconcile")
+INTERRUPTED = "Interrupted by a service restart; push a commit to retry"
+
+
+class Reconciler:
+    def __init__(self, context: FlowContext, reporter: Reporter) -> None:
+        self.c = context
+        self.reporter = reporter
+
+    def startup(self, open_deployments: set[str]) -> None:
+        stop_marked_processes(self.c.env.marker)
+        self._quietly(lambda: self.c.runtime.remove_leftovers(self.c.env.marker))
+        data = self.c.store.read()
+        for deployment_id, record in data.deployments.items():
+            if record.status == "building" and deployment_id not in open_deployments:
+                self._settle_interrupted(record)
+        known = set(data.deployments) | open_deployments
+        owned = self._quietly(self.c.runtime.owned) or {}
+        for deployment_id in sorted(set(owned.values()) - known):
+            log.warning("removing resources with no record", extra={"deploymentId": deployment_id})
+            for problem in self.c.runtime.remove(deployment_id, None):
+                log.warning("%s", problem, extra={"deploymentId": deployment_id})
+        self._remove_stale_routes(data)
+        self._remove_stale_work_dirs(data, open_deployments)
+
+    def expired(self, now: datetime) -> list[DeploymentRecord]:
+        """Previews whose last deploy or update (`updatedAt`) is older than CLEANUP_TTL_DAYS."""
+        if self.c.settings.cleanup_ttl_days == 0:
+            return []
+        cutoff = now - timedelta(days=self.c.settings.cleanup_ttl_days)
+        return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff]
+
+    def _settle_interrupted(self, record: DeploymentRecord) -> None:
+        """A deploy a crash cut short: failed, and the pull request's comment and deployment say so."""
+        set_fields(self.c.store, record.deploymentId, status="failed", error=INTERRUPTED)
+        log.warning("left building by a restart; marked failed", extra={"deploymentId": record.deploymentId})
+        event = event_for_record(record, "synchronize", f"restart-{record.deploymentId}")
+        if record.commentId is not None:
+            self.reporter.comment(event, record.commentId, comments.failed(INTERRUPTED, record.commitSha))
+        self.reporter.status(event, record.codehostDeploymentId, "failure", INTERRUPTED)
+
+    def _remove_stale_routes(self, data: StoreFile) -> None:
+        routes = {f"{r.projectSlug}-pr-{r.prNumber}.conf" for r in data.deployments.values()}
+        stale = [p for p in self.c.settings.proxy_config_dir.glob("*-pr-*.conf") if p.name not in routes]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            self._quietly(lambda: self.c.proxy.reload(None))
+
+    def _remove_stale_work_dirs(self, data: StoreFile, open_deployments: set[str]) -> None:
+        dirs = {(r.projectSlug, f"pr-{r.prNumber}") for r in data.deployments.values()}
+        dirs |= {(d.rsplit("-", 1)[0], f"pr-{d.rsplit('-', 1)[1]}") for d in open_deployments}
+        root = self.c.settings.deployments_dir
+        for work in root.glob("*/pr-*") if root.is_dir() else []:
+            name = work.name.removesuffix(".git")
+            if work.is_dir() and (work.parent.name, name) not in dirs:
+                log.warning("removing work directory %s with no record", work)
+                shutil.rmtree(work, ignore_errors=True)
+                (work.parent / f"{name}.log").unlink(missing_ok=True)
+
+    @staticmethod
+    def _quietly(function):  # noqa: ANN001, ANN205
+        """The runtime or nginx being unavailable must not stop start-up."""
+        try:
+            return function()
+        except (RuntimeFailure, ProxyError, OSError) as exc:
+            log.warning("%s", getattr(exc, "message", exc))
+            return None

@@ -1,0 +1,64 @@
+"""How the flows change the tracking store: begin a deployment (limit, ports, `building`), set fields, forget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from orchestrator.state.ports import PortAllocationError, allocate
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent, StoreFile
+from orchestrator.state.store import DeploymentStore
+
+
+def set_fields(store: DeploymentStore, deployment_id: str, touch: bool = True, **fields: object) -> None:
+    """Update fields of a record if it still exists; `touch` also moves `updatedAt` (the TTL's clock)."""
+    def change(data: StoreFile) -> None:
+        record = data.deployments.get(deployment_id)
+        if record is not None:
+            update = {**fields, "updatedAt": datetime.now(UTC)} if touch else fields
+            data.deployments[deployment_id] = record.model_copy(update=update)
+
+    store.update(change)
+
+
+def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | None, url: str, limit: int,
+          limit_message: str, ports_in_use: Callable[[], set[int]]) -> DeploymentRecord:
+    """Atomically: check the limit, keep or allocate ports, and record the deployment as building."""
+    # Asking the runtime which ports are taken takes a moment; an update keeps its ports and skips it.
+    kept = event.deployment_id in store.read().portAllocations
+    in_use: set[int] = set() if kept else ports_in_use()
+    now = datetime.now(UTC)
+
+    def change(data: StoreFile) -> DeploymentRecord:
+        previous = data.deployments.get(event.deployment_id)
+        allocation = data.portAllocations.get(event.deployment_id)
+        if previous is None and len(data.deployments) >= limit:
+            raise PortAllocationError(limit_message)
+        if allocation is None:
+            others = [a for key, a in data.portAllocations.items() if key != event.deployment_id]
+            allocation = allocate(event.pr_number, others, in_use)
+            data.portAllocations[event.deployment_id] = allocation
+        record = DeploymentRecord(
+            prNumber=event.pr_number, repoName=event.repo_name, repoOwner=event.repo_owner,
+            projectSlug=event.project_slug, deploymentId=event.deployment_id, branch=event.branch or "",
+            commitSha=event.commit_sha or "", framework=previous.framework if previous else None,
+            dbType=previous.dbType if previous else None, appPort=previous.appPort if previous else None,
+            exposedAppPort=allocation.exposedAppPort, exposedDbPort=allocation.exposedDbPort,
+            status="building", createdAt=previous.createdAt if previous else now, updatedAt=now,
+            url=url,
+            commentId=comment_id if comment_id is not None else (previous.commentId if previous else None),
+            cloneUrl=event.clone_url, error=None, source=event.source,
+        )
+        data.deployments[event.deployment_id] = record
+        return record
+
+    return store.update(change)
+
+
+def forget(store: DeploymentStore, deployment_id: str) -> None:
+    """The record and its ports, once nothing of the deployment is left."""
+    def change(data: StoreFile) -> None:
+        data.deployments.pop(deployment_id, None)
+        data.portAllocations.pop(deployment_id, None)
+
+    store.update(change)

@@ -1,0 +1,79 @@
+"""What a flow tells the pull request: its one comment (comments.py holds the texts) and the code host's
+deployment statuses. The code host being down never fails a flow: it is logged and the flow goes on."""
+
+from __future__ import annotations
+
+import logging
+
+from orchestrator.adapters.codehost import CodeHost, CodeHostError
+from orchestrator.flows import comments
+from orchestrator.flows.records import set_fields
+from orchestrator.settings import Settings
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent
+from orchestrator.state.store import DeploymentStore
+
+log = logging.getLogger("orchestrator.flows.reporting")
+CODEHOST_ERRORS = (CodeHostError, ValueError, KeyError)
+
+
+class Reporter:
+    def __init__(self, codehost: CodeHost, store: DeploymentStore, settings: Settings) -> None:
+        self._codehost = codehost
+        self._store = store
+        self._settings = settings
+
+    def comment(self, event: PullRequestEvent, comment_id: int | None, body: str) -> int | None:
+        """Create or edit the pull request's one comment; returns its id (kept on the record)."""
+        if event.local:
+            return None  # no pull request to comment on
+        try:
+            new_id = self._codehost.upsert_comment(event.repo_owner, event.repo_name, event.pr_number,
+                                                   comment_id, body)
+        except CODEHOST_ERRORS as exc:
+            log.warning("comment not posted: %s", exc, extra={"deploymentId": event.deployment_id})
+            return comment_id
+        if new_id != comment_id:
+            set_fields(self._store, event.deployment_id, touch=False, commentId=new_id)
+        return new_id
+
+    def refuse(self, event: PullRequestEvent, message: str) -> None:
+        """One comment per pull request, also for refusals: there is no record to remember it, so the service's
+        earlier comment is looked up on the code host and edited."""
+        if event.local:
+            return
+        try:
+            existing = self._codehost.find_marked_comment(event.repo_owner, event.repo_name, event.pr_number,
+                                                          comments.MARKER)
+        except CODEHOST_ERRORS as exc:
+            log.warning("comments not listed: %s", exc, extra={"deploymentId": event.deployment_id})
+            existing = None
+        self.comment(event, existing, comments.refused(message))
+
+    def start(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> int | None:
+        """A code-host deployment for this commit, `in_progress`; the previous commit's becomes inactive."""
+        if not self._settings.codehost_deployments or not event.commit_sha or event.local:
+            return None
+        environment = f"preview/{event.project_slug}/pr-{event.pr_number}"
+        try:
+            new_id = self._codehost.create_deployment(event.repo_owner, event.repo_name, event.commit_sha,
+                                                      environment, f"Preview of pull request #{event.pr_number}")
+        except CODEHOST_ERRORS as exc:
+            log.warning("deployment not reported: %s", exc, extra={"deploymentId": event.deployment_id})
+            return None
+        set_fields(self._store, event.deployment_id, touch=False, codehostDeploymentId=new_id)
+        previous = existing.codehostDeploymentId if existing else None
+        if previous is not None and previous != new_id:
+            self.status(event, previous, "inactive", "Superseded by a newer commit")
+        self.status(event, new_id, "in_progress", "Building the preview")
+        return new_id
+
+    def status(self, event: PullRequestEvent, deployment: int | None, state: str, description: str,
+               environment_url: str | None = None) -> None:
+        if deployment is None or not self._settings.codehost_deployments:
+            return
+        try:
+            self._codehost.set_deployment_status(event.repo_owner, event.repo_name, deployment, state,
+                                                 description, environment_url=environment_url)
+        except CODEHOST_ERRORS as exc:
+            log.warning("deployment status %s not reported: %s", state, exc,
+                        extra={"deploymentId": event.deployment_id})

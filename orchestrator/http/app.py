@@ -1,0 +1,97 @@
+"""The Falcon ASGI application: builds every dependency once and hands it to the resources."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import falcon.asgi
+import swagger_ui_bundle
+
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import Inbox
+from orchestrator.events.ttl import TtlScheduler
+from orchestrator.flows.handler import EventHandler, load_handler
+from orchestrator.http.openapi import build_openapi
+from orchestrator.http.resources import errors
+from orchestrator.http.resources.dashboard import DashboardResource
+from orchestrator.http.resources.deployment_logs import DeploymentLogResource
+from orchestrator.http.resources.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
+from orchestrator.http.resources.health import HealthResource
+from orchestrator.http.resources.metrics import MetricsResource
+from orchestrator.http.resources.plugins import PluginListResource
+from orchestrator.http.resources.previews import PreviewListResource, PreviewResource
+from orchestrator.http.resources.webhook import WebhookResource
+from orchestrator.observability.metrics import Metrics
+from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
+from orchestrator.settings import Settings, load_settings
+from orchestrator.state.store import DeploymentStore
+
+log = logging.getLogger("orchestrator")
+
+
+class Lifespan:
+    """Start-up: reconcile, start the dispatcher and the TTL scheduler; shutdown: stop both (ASGI lifespan)."""
+
+    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
+        self._dispatcher = dispatcher
+        self._inbox = inbox
+        self._handler = handler
+        self._settings = settings
+        self._ttl: TtlScheduler | None = None
+
+    async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        startup = getattr(self._handler, "startup", None)
+        if startup is not None:
+            try:
+                await asyncio.to_thread(startup, self._inbox.open_deployments())
+            except Exception:
+                log.exception("start-up reconciliation failed; the service starts anyway")
+        await self._dispatcher.start()
+        expired = getattr(self._handler, "expired", None)
+        if expired is not None:
+            self._ttl = TtlScheduler(expired, self._inbox, self._dispatcher,
+                                     self._settings.ttl_check_interval_seconds)
+            self._ttl.start()
+
+    async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        if self._ttl:
+            await self._ttl.stop()
+        await self._dispatcher.stop()
+
+
+def create_app(
+    settings: Settings | None = None,
+    handler: EventHandler | None = None,
+    plugins: PluginHost | None = None,
+) -> falcon.asgi.App:
+    settings = settings or load_settings()
+    plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    metrics = Metrics()
+    handler = handler or load_handler(settings, plugins, metrics)
+    # One store object for the handler and the API, so that they share its cache of the parsed file.
+    shared = getattr(handler, "store", None)
+    store = shared if isinstance(shared, DeploymentStore) and shared.path == settings.deployments_db \
+        else DeploymentStore(settings.deployments_db)
+    inbox = Inbox(settings.inbox_path)
+    dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
+    metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
+
+    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings)])
+    errors.install(app)
+    app.add_route("/health", HealthResource())
+    app.add_route("/", DashboardResource(store))
+    app.add_route("/dashboard", DashboardResource(store))
+    app.add_route("/openapi.json", OpenApiResource(build_openapi(settings.api_server_url)))
+    app.add_route("/api-docs", ApiDocsResource())
+    app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
+    app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
+    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics, store))
+    app.add_route("/metrics", MetricsResource(metrics))
+    app.add_route("/api/plugins", PluginListResource(plugins))
+    app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
+    # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
+    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
+    app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
+    return app

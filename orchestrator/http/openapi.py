@@ -1,0 +1,248 @@
+"""The service's OpenAPI 3.0.3 description, with schemas generated from the pydantic models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.common.naming import DEPLOYMENT_ID_PATTERN
+from orchestrator.events.webhook import MAX_BODY_BYTES
+from orchestrator.state import records as models
+
+API_VERSION = "0.1.0"
+_REF = "#/components/schemas/{model}"
+
+
+def _to_openapi30(node: Any) -> Any:
+    """JSON Schema 2020-12 (pydantic) → OpenAPI 3.0 schema objects: `null` unions, `const`, examples."""
+    if isinstance(node, list):
+        return [_to_openapi30(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _to_openapi30(value) for key, value in node.items()}
+    for union in ("anyOf", "oneOf"):
+        options = node.get(union)
+        if options and any(option == {"type": "null"} for option in options):
+            rest = [option for option in options if option != {"type": "null"}]
+            node.pop(union)
+            if len(rest) == 1 and "$ref" not in rest[0]:
+                node.update(rest[0])
+            elif len(rest) == 1:
+                node["allOf"] = rest
+            else:
+                node[union] = rest
+            node["nullable"] = True
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if "examples" in node:
+        examples = node.pop("examples")
+        if isinstance(examples, list) and examples:
+            node["example"] = examples[0]
+    if "$ref" in node and len(node) > 1:
+        # 3.0 ignores siblings of $ref; keep the description by wrapping.
+        node = {"allOf": [{"$ref": node.pop("$ref")}], **node}
+    return node
+
+
+def _schemas(*roots: type[BaseModel]) -> dict[str, Any]:
+    components: dict[str, Any] = {}
+    for model in roots:
+        schema = model.model_json_schema(ref_template=_REF, mode="serialization")
+        for name, definition in schema.pop("$defs", {}).items():
+            components[name] = _to_openapi30(definition)
+        components[schema.get("title", model.__name__)] = _to_openapi30(schema)
+    return components
+
+
+def _json(ref: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _json("Error")}
+
+
+def build_openapi(server_url: str | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Preview Orchestrator",
+            "version": API_VERSION,
+            "description": "One isolated preview environment per pull request. Only the webhook is "
+            "authenticated (HMAC signature); the other endpoints rely on the service being internal.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(
+                models.Health,
+                models.StatusOk,
+                models.CleanupResult,
+                models.ErrorBody,
+                models.DeploymentList,
+                models.LocalPreviewRequest,
+                models.LocalPreviewAccepted,
+                models.WebhookPayload,
+                models.PluginList,
+            )
+        },
+    }
+    if server_url:
+        doc["servers"] = [{"url": server_url}]
+    return doc
+
+
+def _body(media: str, schema_type: str = "string") -> dict[str, Any]:
+    return {media: {"schema": {"type": schema_type}}}
+
+
+def _document_get(operation_id: str, summary: str, description: str, media: str,
+                  schema_type: str = "string") -> dict[str, Any]:
+    """A GET that always answers 200 with one document (this description, a page, the metrics)."""
+    return {"get": {"operationId": operation_id, "summary": summary,
+                    "responses": {"200": {"description": description, "content": _body(media, schema_type)}}}}
+
+
+def _paths() -> dict[str, Any]:
+    return {
+        "/health": {
+            "get": {
+                "operationId": "getHealth",
+                "summary": "Liveness check",
+                "responses": {"200": {"description": "The service is up", "content": _json("Health")}},
+            }
+        },
+        "/openapi.json": _document_get("getOpenApi", "This description", "OpenAPI 3.0.3 document",
+                                       "application/json", "object"),
+        "/api-docs": _document_get("getApiDocs", "Interactive API page (Swagger UI, served offline)", "HTML page",
+                                   "text/html"),
+        "/webhook/codehost": {
+            "post": {
+                "operationId": "receiveWebhook",
+                "summary": "Receive a code host pull_request event",
+                "description": (
+                    "The signature is checked over the raw body before anything is parsed. `ping`, other "
+                    "events and other actions are acknowledged and ignored. In `queue` mode the event is "
+                    "stored durably and processed in the background; in `sync` mode the answer waits for "
+                    f"the flow. Bodies over {MAX_BODY_BYTES} bytes are refused."
+                ),
+                "parameters": [
+                    {
+                        "name": "X-Hub-Signature-256",
+                        "in": "header",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                        "description": "sha256= followed by the hex HMAC-SHA256 of the raw body",
+                    },
+                    {
+                        "name": "X-GitHub-Event",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                        "description": "pull_request is processed; ping and others are acknowledged",
+                    },
+                    {
+                        "name": "X-GitHub-Delivery",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string", "maxLength": 100},
+                        "description": "Unique delivery id; a repeated id is acknowledged, processed once",
+                    },
+                ],
+                "requestBody": {"required": True, "content": _json("GitHubWebhookPayload")},
+                "responses": {
+                    "200": {"description": "Accepted and processed, or queued", "content": _json("StatusOk")},
+                    "400": _error("Signed body that is not JSON or breaks the payload schema"),
+                    "401": _error("Invalid signature"),
+                    "403": _error("Repository not in allowed list"),
+                    "409": _error("The deployment id belongs to another repository whose name gives the same slug"),
+                    "413": _error("Body larger than 25 MB"),
+                    "415": _error("Content-Type is not application/json"),
+                    "500": _error("Processing failed (sync mode), or the inbox cannot be written"),
+                },
+            }
+        },
+        "/api/plugins": {
+            "get": {
+                "operationId": "listPlugins",
+                "summary": "Loaded plugins and what they provide (debug listing)",
+                "responses": {"200": {"description": "Plugins", "content": _json("PluginList")}},
+            }
+        },
+        "/api/previews": {
+            "get": {
+                "operationId": "listPreviews",
+                "summary": "All tracked deployments",
+                "responses": {
+                    "200": {"description": "Tracked deployments", "content": _json("DeploymentList")},
+                    "500": _error("The tracking store cannot be read"),
+                },
+            },
+            "post": {
+                "operationId": "deployLocalPreview",
+                "summary": "Deploy a git repository of the service's host (`preview-orchestrator up`)",
+                "description": "The same flow as a pull request's `opened`, with `source: local`: no comment and "
+                               "no deployment status. Switched off with LOCAL_PREVIEWS=false.",
+                "requestBody": {"required": True, "content": _json("LocalPreviewRequest")},
+                "responses": {
+                    "202": {"description": "Accepted; the deploy runs in the background",
+                            "content": _json("LocalPreviewAccepted")},
+                    "400": _error("Not a git repository, or a field is not valid"),
+                    "403": _error("Local previews are switched off (LOCAL_PREVIEWS=false)"),
+                    "409": _error("Preview limit reached, or the id belongs to another repository"),
+                },
+            },
+        },
+        "/api/previews/{deploymentId}": {
+            "delete": {
+                "operationId": "deletePreview",
+                "summary": "Clean up one deployment now",
+                "parameters": [
+                    {
+                        "name": "deploymentId",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
+                        "description": "{projectSlug}-{prNumber}; anything else is answered 400",
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "Cleaned up", "content": _json("CleanupResult")},
+                    "400": _error("Invalid deployment id"),
+                    "404": _error("Deployment not found"),
+                    "500": _error("Cleanup failed in the container runtime, the proxy or the tracker"),
+                },
+            }
+        },
+        "/api/previews/{deploymentId}/logs": {
+            "get": {
+                "operationId": "getPreviewLog",
+                "summary": "The deployment's log (git, build commands, compose, health probes) as text",
+                "parameters": [
+                    {
+                        "name": "deploymentId",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
+                    },
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "boolean", "default": False},
+                        "description": "Keep the response open and stream new lines until no flow for the "
+                                       "deployment runs or waits",
+                    },
+                ],
+                "responses": {
+                    "200": {"description": "Log text, secrets masked", "content": _body("text/plain")},
+                    "400": _error("Invalid deployment id or follow value"),
+                    "404": _error("Deployment not found"),
+                },
+            }
+        },
+        "/metrics": _document_get("getMetrics", "Prometheus metrics (text format, or OpenMetrics when asked for)",
+                                  "Metrics", "text/plain"),
+        "/dashboard": _document_get("getDashboard", "Every preview on one self-refreshing HTML page (also at /)",
+                                    "HTML page", "text/html"),
+    }

@@ -1,0 +1,41 @@
+"""GET / and /dashboard: every preview on one page, rendered with Jinja2, no external assets.
+
+The page refreshes itself from `GET /api/previews` (see the template's script). Autoescaping is on: the
+branch names and error messages shown come from pull requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import jinja2
+from falcon.asgi import Request, Response
+from importlib_resources import files
+
+from orchestrator.common.humanize import age
+from orchestrator.state.store import DeploymentStore
+
+
+def _template() -> jinja2.Template:
+    source = files("orchestrator.http").joinpath("templates/dashboard.html.j2").read_text(encoding="utf-8")
+    environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    environment.filters["age"] = age
+    return environment.from_string(source)
+
+
+class DashboardResource:
+    def __init__(self, store: DeploymentStore) -> None:
+        self._store = store
+        self._template = _template()
+
+    async def on_get(self, req: Request, resp: Response) -> None:
+        data = await asyncio.to_thread(self._store.read)
+        previews = sorted(data.deployments.values(), key=lambda r: (r.repoOwner + r.repoName, r.prNumber))
+        now = datetime.now(UTC)
+        resp.content_type = "text/html; charset=utf-8"
+        resp.set_header("Cache-Control", "no-store")
+        # The page runs only its own inline script and talks only to this service (the empty favicon is inline too).
+        resp.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
+                        "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
+        resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now)

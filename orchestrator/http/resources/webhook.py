@@ -1,0 +1,130 @@
+"""POST /webhook/codehost: verify, validate, record durably, answer; the dispatcher does the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import falcon
+from falcon.asgi import Request, Response
+
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
+from orchestrator.events.webhook import (
+    MAX_BODY_BYTES,
+    Ignored,
+    WebhookRejected,
+    parse_delivery,
+    verify_signature,
+)
+from orchestrator.observability.metrics import Metrics
+from orchestrator.settings import Settings
+from orchestrator.state.records import PullRequestEvent, StatusOk, foreign_repository_message
+from orchestrator.state.store import DeploymentStore
+
+log = logging.getLogger("orchestrator.events.webhook")
+OK = StatusOk().model_dump()
+KNOWN_EVENTS = frozenset({"pull_request", "ping", "push", "issue_comment", "pull_request_review"})
+OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 409: "conflict", 413: "too_large",
+            415: "unsupported_media", 500: "error"}
+
+
+class WebhookResource:
+    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics,
+                 store: DeploymentStore) -> None:
+        self._metrics = metrics
+        self._store = store
+        self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
+        self._allowed = settings.allowed_repos_folded
+        self._sync = settings.webhook_processing == "sync"
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+
+    async def on_post(self, req: Request, resp: Response) -> None:
+        event_type = req.get_header("X-GitHub-Event")
+        # Only known event names become label values: the header is the sender's and labels must stay few.
+        event_label = event_type if event_type in KNOWN_EVENTS else "other"
+        try:
+            await self._receive(req, resp, event_type)
+        except falcon.HTTPError as error:
+            self._metrics.webhooks.labels(event_label, OUTCOMES.get(error.status_code, "error")).inc()
+            raise
+        self._metrics.webhooks.labels(event_label, resp.context.get("outcome", "accepted")).inc()
+
+    async def _receive(self, req: Request, resp: Response, event_type: str | None) -> None:
+        body = await _read_body(req)
+        try:
+            verify_signature(self._secret, body, req.get_header("X-Hub-Signature-256"))
+            _check_content_type(req)
+            parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed)
+        except WebhookRejected as rejected:
+            log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
+            status = falcon.code_to_http_status(rejected.status)
+            raise falcon.HTTPError(status, description=rejected.message) from None
+
+        if isinstance(parsed, Ignored):
+            log.info("webhook acknowledged and ignored: %s", parsed.reason)
+            resp.context["outcome"] = "ignored"
+            resp.media = OK
+            return
+
+        extra = {"deploymentId": parsed.deployment_id}
+        try:
+            await asyncio.to_thread(self._check_owner, parsed)
+            accepted = await asyncio.to_thread(self._inbox.accept, parsed)
+        except DeploymentTaken as taken:
+            message = foreign_repository_message(parsed.deployment_id, taken.owner, taken.name)
+            log.warning("webhook refused: %s", message, extra=extra)
+            raise falcon.HTTPConflict(description=message) from None
+        except InboxError as exc:
+            # Not acknowledged, so the code host shows the delivery as failed and it can be redelivered.
+            log.error("could not record event: %s", exc, extra=extra)
+            raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc
+        if accepted.duplicate:
+            log.info("delivery %s already received; not processed again", parsed.delivery_id, extra=extra)
+            resp.context["outcome"] = "duplicate"
+            resp.media = OK
+            return
+        log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
+        if parsed.action == "closed":
+            self._dispatcher.cancel(parsed.deployment_id, "the pull request was closed")
+        self._dispatcher.notify()
+        if self._sync:
+            outcome = await self._dispatcher.wait_for(accepted.seq)
+            if outcome.status == "failed":
+                raise falcon.HTTPInternalServerError(description=outcome.error or "Processing failed")
+        resp.media = OK
+
+
+    def _check_owner(self, event: PullRequestEvent) -> None:
+        """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one
+        must never update or remove the other's preview."""
+        record = self._store.read().deployments.get(event.deployment_id)
+        if record is not None and not record.belongs_to(event):
+            raise DeploymentTaken(record.repoOwner, record.repoName)
+
+
+async def _read_body(req: Request) -> bytes:
+    """The raw body, refusing more than MAX_BODY_BYTES whether or not Content-Length is sent."""
+    if req.content_length is not None and req.content_length > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in req.stream:
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large() -> falcon.HTTPError:
+    return falcon.HTTPContentTooLarge(
+        description=f"Request body larger than {MAX_BODY_BYTES // (1024 * 1024)} MB"
+    )
+
+
+def _check_content_type(req: Request) -> None:
+    media = (req.content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise WebhookRejected(415, "Content-Type must be application/json")

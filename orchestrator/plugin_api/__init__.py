@@ -1,0 +1,51 @@
+"""The public plugin API: everything a plugin imports, from this one module.
+
+    from orchestrator.plugin_api import FrameworkSpec, RenderContext, hookimpl
+
+Read hookspecs.py (every hook, what it is given and what it answers) and one built-in plugin (frameworks/go
+is a short one). Names here stay stable; the modules behind them may move.
+"""
+
+from orchestrator.common.deployment_log import DeploymentLog
+from orchestrator.common.flow_control import FlowAborted, FlowControl
+from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
+from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec
+from orchestrator.plugin_api.templating import render_template
+from orchestrator.plugin_api.types import (
+    AppService,
+    DatabaseSpec,
+    DatabaseWiring,
+    Detection,
+    FrameworkSpec,
+    RenderContext,
+    ServiceSpec,
+    ServiceWiring,
+    database_app_env,
+)
+
+__all__ = [
+    "PROJECT",
+    "AppService",
+    "ConfigError",
+    "DatabaseSpec",
+    "DatabaseWiring",
+    "DeploymentLog",
+    "Detection",
+    "FlowAborted",
+    "FlowControl",
+    "FrameworkSpec",
+    "PreviewConfig",
+    "ProjectFiles",
+    "RenderContext",
+    "Runtime",
+    "RuntimeFailure",
+    "RuntimeSpec",
+    "ServiceSpec",
+    "ServiceWiring",
+    "database_app_env",
+    "hookimpl",
+    "hookspec",
+    "render_template",
+]

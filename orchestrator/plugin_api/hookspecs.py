@@ -1,0 +1,140 @@
+"""Every hook of Preview Orchestrator, in one place. Read this and one built-in plugin to write your own.
+
+A plugin is a module (or object) with functions decorated `@hookimpl`, named exactly as below. Third parties
+publish it under the entry-point group `preview_orchestrator`:
+
+    [project.entry-points.preview_orchestrator]
+    deno = "po_deno.plugin"
+
+Conventions:
+- Hooks are called with keyword arguments only; arguments may be added later, never renamed or removed, so a
+  plugin may accept just the arguments it needs.
+- Hooks are pure: they return data (strings and dicts) and do no I/O, except `po_detect_framework`, which may
+  look at files inside `repo_dir` (read only). Rendering hooks get `project`, a read-only, bounded view of the
+  checkout, for the same purpose.
+- Single-answer hooks (`firstresult`) stop at the first non-None answer. Built-in plugins answer with
+  `trylast=True`, so a third-party plugin that answers for the same name overrides the built-in.
+- A rendering hook is called for every name; answer only for a name your plugin provides, else return None.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from orchestrator.plugin_api.preview_config import PreviewConfig
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
+from orchestrator.plugin_api.types import (
+    AppService,
+    DatabaseSpec,
+    DatabaseWiring,
+    Detection,
+    FrameworkSpec,
+    RenderContext,
+    ServiceSpec,
+    ServiceWiring,
+)
+
+PROJECT = "preview_orchestrator"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# Discovery: what a plugin provides ------------------------------------------------------------
+
+
+@hookspec
+def po_frameworks() -> list[FrameworkSpec]:
+    """Frameworks this plugin can build. Called once when the plugin manager is built.
+
+    Each name becomes a valid `framework` in preview-config.yml. Return an empty list (or do not implement
+    the hook) if the plugin provides none.
+    """
+
+
+@hookspec
+def po_databases() -> list[DatabaseSpec]:
+    """Databases this plugin can run as the `db` service. Names become valid `database` values."""
+
+
+@hookspec
+def po_services() -> list[ServiceSpec]:
+    """Extra services (redis, ...) this plugin can add. Names become valid `extra_services` entries."""
+
+
+@hookspec
+def po_runtimes() -> list[RuntimeSpec]:
+    """Runtimes this plugin provides: where previews are built and run. Names become valid RUNTIME values
+    (`compose`, this host's Docker engine, is built in: orchestrator/runtime/compose.py)."""
+
+
+# Detection --------------------------------------------------------------------------------------
+
+
+@hookspec
+def po_detect_framework(repo_dir: Path) -> Detection | None:
+    """Say whether the checkout at `repo_dir` looks like one of your frameworks.
+
+    Every plugin is asked; the answer with the lowest `rank` wins (built-ins: nestjs 10, go 20, laravel 30;
+    rust and python are never detected). None: not recognised. When nobody recognises the checkout, the
+    host assumes `nestjs`, as the spec says. Only read files under `repo_dir`; never follow a symlink out.
+    """
+
+
+# Rendering --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
+                  project: ProjectFiles) -> str | None:
+    """The default Dockerfile text for `framework`, injected when the repository has none.
+
+    None: not your framework. Use `context.image(name)` for every base image (IMAGE_OVERRIDES), run the
+    app as a non-root user that can write where the framework needs to, and use `config.app_entrypoint` in
+    CMD. `project` is a read-only view of the checkout (lockfiles, manifests) to choose how to build.
+    """
+
+
+@hookspec(firstresult=True)
+def po_app_service(framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> AppService | None:
+    """The compose `app` service for `framework` before the host adds what every app gets.
+
+    The host then sets the container name, the published port, the environment (port variable, database
+    and service wiring, `env`, `env_file`), `startup_commands`, limits, labels and `depends_on`. Return
+    `command` as the main process so startup commands can run before it. None: not your framework.
+    A secret the app needs (a session key) comes from `context.derived_secret(purpose)`: stable per
+    deployment, never shared between pull requests.
+    """
+
+
+@hookspec(firstresult=True)
+def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
+    """The `db` service for `database`, its named volumes, and the variables the app gets.
+
+    The service must have a healthcheck (the app waits for it) and create the database
+    `context.database_name`. `app_env` must include DATABASE_URL of the shape
+    `<scheme>://<user>:<password>@db:<port>/pr_<N>`. None: not your database.
+    """
+
+
+@hookspec(firstresult=True)
+def po_extra_service(service: str, context: RenderContext) -> ServiceWiring | None:
+    """Compose services, named volumes and app variables for one `extra_services` entry.
+
+    The main service should be named after the entry (redis → `redis`). None: not your service.
+    """
+
+
+# Running ------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def po_runtime(name: str, settings: Any) -> Runtime | None:
+    """Build the runtime called `name` (the RUNTIME setting) for the service's `settings` (orchestrator.settings.
+    Settings; read your own settings from the environment). Called once at start-up; the object implements
+    plugin_api.runtime.Runtime. None: not your runtime.
+    """

@@ -1,0 +1,83 @@
+"""Where a rendered preview is built and run: the interface a runtime plugin implements.
+
+The flows hand a runtime the compose file the renderer wrote (judged by the compose policy, with every
+resource labelled with the deployment id) and ask it to build, start, stop and remove it. `compose` (this host's
+Docker engine) is built in (orchestrator/runtime/compose.py); a plugin adds another one with the `po_runtimes`
+and `po_runtime` hooks, and the operator picks it with the RUNTIME setting.
+
+A runtime raises RuntimeFailure for a step that failed (the flows turn it into the spec's failure message and
+show `detail` in the pull-request comment); it never raises for "nothing to do".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.common.deployment_log import DeploymentLog
+from orchestrator.common.flow_control import FlowControl
+
+
+class RuntimeSpec(BaseModel):
+    """A runtime a plugin provides (`po_runtimes`); `name` is a value of the RUNTIME setting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    description: str = ""
+
+
+class RuntimeFailure(Exception):
+    """A runtime step failed; `detail` is the output that explains it (the last lines of the tool's log)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """One deployment is one project (`deployment_id`) with the services of its compose file; `app` is the
+    preview's web app, `db` its database."""
+
+    name: str
+
+    def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
+        """The compose file as this runtime will run it: interpolated, normalised (`docker compose config`).
+        Raise ConfigError (plugin_api.preview_config) when the runtime cannot read it."""
+
+    def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """Build the images of the compose file."""
+
+    def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
+                      control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
+        """The ENTRYPOINT and CMD of `service`'s image (built, or pulled when the build did not make it)."""
+
+    def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """Create or update the deployment's containers and start them; return once they are started."""
+
+    def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
+        """Stop the deployment's containers, keeping them and their data (a failed deploy)."""
+
+    def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        """Remove everything of the deployment (containers, networks, volumes, images built for it); works
+        without the compose file. Returns what could not be removed, in words; empty when nothing is left."""
+
+    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
+        """The last `tail` lines `service` printed."""
+
+    def owned(self, deployment_id: str | None = None) -> dict[str, str]:
+        """What carries the deployment label (`kind:id` -> deployment id): of one deployment, or of all."""
+
+    def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
+        """Where the app answers `path` from this host (the health probe and the nginx route use it)."""
+
+    def ports_in_use(self) -> set[int]:
+        """Host ports other programs hold, never handed to a new preview."""
+
+    def remove_leftovers(self, owner_marker: str) -> None:
+        """Start-up: remove what an earlier run of this service (`owner_marker`) left running for itself
+        (build-command containers)."""

@@ -1,0 +1,106 @@
+"""The compose document a deploy runs, whoever wrote it: its names and limits, the labels every resource carries,
+`$` escaping, and the planned files (RenderedDeployment)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.types import RenderContext
+
+GENERATED_COMPOSE = "compose.preview.yml"
+REPO_COMPOSE_NAMES = ("compose.preview.yml", "compose.preview.yaml")
+REPO_COMPOSE_OUTPUT = "compose.preview.generated.yml"
+INJECTED_DOCKERFILE = "Dockerfile.preview-orchestrator"
+MAX_COMPOSE_BYTES = 256 * 1024
+PASSWORD_PLACEHOLDER = "<db-password>"  # noqa: S105 - shown instead of the password
+# `docker compose config` for a compose file in its repository: the normalised document, or ConfigError.
+Normalizer = Callable[[Path, str], dict[str, Any]]
+RESOURCES = {
+    "limits": {"cpus": "0.5", "memory": "512M"},
+    "reservations": {"cpus": "0.25", "memory": "256M"},
+}
+
+
+
+@dataclass(frozen=True)
+class PendingStartup:
+    """startup_commands in front of a main process that is the image's own (a repository's Dockerfile or compose
+    file): it is known once the image is built, from its ENTRYPOINT and CMD (see `main_process`)."""
+
+    commands: list[str]
+    image: str
+    entrypoint: list[str] | None = None  # the compose file's own `entrypoint`, replacing the image's
+    command: list[str] | None = None  # the compose file's own `command`, replacing the image's CMD
+
+
+@dataclass
+class RenderedDeployment:
+    """What a deploy writes into the work directory and which compose file it then runs."""
+
+    compose_file: str
+    compose: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
+    rename: tuple[str, str] | None = None  # compose.preview.yaml -> compose.preview.yml
+    repository_owned: bool = False
+    pending_startup: PendingStartup | None = None
+
+    def compose_text(self) -> str:
+        return dump_compose(self.compose)
+
+
+
+def dump_compose(compose: dict[str, Any]) -> str:
+    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False, width=4096)
+
+
+def apply_common(compose: dict[str, Any], context: RenderContext) -> None:
+    """Labels on everything, and the spec's limits on every service."""
+    labels = {DEPLOYMENT_LABEL: context.deployment_id}
+    for service in compose["services"].values():
+        existing = service.get("labels") or {}
+        if isinstance(existing, list):
+            existing = dict(item.split("=", 1) if "=" in item else (item, "") for item in existing)
+        service["labels"] = {**existing, **labels}
+        deploy = service.get("deploy") if isinstance(service.get("deploy"), dict) else {}
+        service["deploy"] = {**deploy, "resources": RESOURCES}
+    networks = compose.get("networks") or {}
+    networks.setdefault("default", {})
+    for name, network in list(networks.items()):
+        network = network if isinstance(network, dict) else {}
+        network["labels"] = {**as_dict(network.get("labels")), **labels}
+        networks[name] = network
+    compose["networks"] = networks
+    volumes = compose.get("volumes") or {}
+    for name, volume in list(volumes.items()):
+        volume = volume if isinstance(volume, dict) else {}
+        volume["labels"] = {**as_dict(volume.get("labels")), **labels}
+        volumes[name] = volume
+    if volumes:
+        compose["volumes"] = volumes
+
+
+def as_dict(labels: Any) -> dict[str, str]:
+    if isinstance(labels, dict):
+        return {str(k): str(v) for k, v in labels.items()}
+    if isinstance(labels, list):
+        return dict(str(item).split("=", 1) if "=" in str(item) else (str(item), "") for item in labels)
+    return {}
+
+
+def escape(value: Any) -> Any:
+    """Escape compose interpolation (`$` → `$$`) in every string of a compose file we generate."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [escape(item) for item in value]
+    if isinstance(value, dict):
+        return {key: escape(item) for key, item in value.items()}
+    return value
+
+

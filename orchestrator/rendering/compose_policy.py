@@ -1,0 +1,296 @@
+"""What a pull request's own compose file may do: an allow-list, applied twice.
+
+1. To the raw document, before compose reads anything: only known top-level and service options, and the
+   files compose reads while it normalises (`env_file`) must be literal paths inside the repository, so that
+   no `${VAR:-/etc/...}` default can make compose read a host file.
+2. To the form compose will really run: the output of `docker compose config` in the same clean
+   environment, where `${R:-/}` has become `/`, short syntax has become long syntax and every path is
+   absolute. Each option a preview may use is listed with what it may hold; anything else is refused.
+
+Each refusal names the service and the option, so the author knows what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.common.checkout_paths import inside
+
+DOCKER_SOCKET_HINTS = ("docker.sock", "/var/run/docker", "/run/docker")
+
+TOP_LEVEL = frozenset({"name", "services", "networks", "volumes", "configs", "secrets", "version"})
+
+# Options a service may use freely: they act inside the preview's own containers and network.
+FREE_OPTIONS = frozenset({
+    "annotations", "attach", "cap_drop", "command", "depends_on", "develop", "dns", "dns_opt", "dns_search",
+    "domainname", "entrypoint", "environment", "expose", "extra_hosts", "healthcheck", "hostname", "init",
+    "labels", "links", "mac_address", "pids_limit", "platform", "profiles", "pull_policy", "pull_refresh_after",
+    "read_only", "restart", "shm_size", "stdin_open", "stop_grace_period", "stop_signal", "tmpfs", "tty",
+    "ulimits", "user", "working_dir",
+})
+# Options a service may use within limits, each checked below on the normalised form.
+CHECKED_OPTIONS = frozenset({
+    "build", "image", "volumes", "networks", "ports", "container_name", "deploy", "scale", "logging", "ipc",
+    "pid", "network_mode", "security_opt", "configs", "secrets", "env_file", "post_start", "pre_stop",
+})
+SERVICE_OPTIONS = FREE_OPTIONS | CHECKED_OPTIONS
+
+# Why the options a preview may never use are refused (others get a generic reason).
+_REFUSED_BECAUSE = {
+    "privileged": "gives the container full access to the host",
+    "cap_add": "adds kernel capabilities",
+    "devices": "exposes host devices",
+    "device_cgroup_rules": "exposes host devices",
+    "gpus": "exposes host devices",
+    "volumes_from": "mounts another container's volumes",
+    "cgroup": "shares the host's cgroup namespace",
+    "cgroup_parent": "moves the container out of its own cgroup",
+    "sysctls": "changes kernel parameters",
+    "extends": "reads another file",
+    "label_file": "reads another file",
+    "external_links": "links to containers outside the preview",
+    "group_add": "adds host groups",
+    "uts": "shares the host's uts namespace",
+    "userns_mode": "changes the user namespace",
+    "runtime": "selects another container runtime",
+    "isolation": "selects another isolation technology",
+    "storage_opt": "changes host storage options",
+    "oom_kill_disable": "exempts the container from the memory limit",
+    "oom_score_adj": "changes how the host kernel kills processes",
+    "credential_spec": "reads host credentials",
+    "provider": "runs a program on the host",
+    "use_api_socket": "hands the Docker API to the container",
+    "models": "runs models on the host",
+}
+_LIMITS = ("cpus", "cpu_count", "cpu_percent", "cpu_period", "cpu_quota", "cpu_rt_period", "cpu_rt_runtime",
+           "cpu_shares", "cpuset", "mem_limit", "mem_reservation", "mem_swappiness", "memswap_limit",
+           "blkio_config")
+_REFUSED_BECAUSE.update({name: "the service sets every container's limits (0.5 CPU, 512M)" for name in _LIMITS})
+
+BUILD_OPTIONS = frozenset({"context", "dockerfile", "dockerfile_inline", "args", "target", "labels", "no_cache",
+                           "pull", "extra_hosts", "shm_size", "network", "platforms"})
+_BUILD_REFUSED_BECAUSE = {
+    "ssh": "lends the host's SSH agent or keys to the build",
+    "secrets": "reads host secrets into the build",
+    "privileged": "runs the build with full access to the host",
+    "entitlements": "grants the build extra privileges",
+    "additional_contexts": "reads directories outside the build context",
+    "cache_from": "reads a cache from the host or a registry",
+    "cache_to": "writes a cache to the host or a registry",
+    "tags": "tags the built image with other names (replacing them for every preview)",
+    "isolation": "selects another isolation technology",
+    "ulimits": "changes the build's limits",
+    "provenance": "attaches attestations",
+    "sbom": "attaches attestations",
+}
+DEPLOY_OPTIONS = frozenset({"resources", "restart_policy", "replicas", "labels", "placement", "mode",
+                            "update_config", "rollback_config"})
+NETWORK_OPTIONS = frozenset({"name", "driver", "ipam", "labels", "internal", "attachable", "enable_ipv4",
+                             "enable_ipv6"})
+VOLUME_OPTIONS = frozenset({"name", "driver", "labels"})
+FILE_OBJECT_OPTIONS = frozenset({"name", "file", "content", "labels"})  # configs and secrets
+
+
+def raw_problems(document: dict[str, Any], repo_dir: Path, file_name: str) -> list[str]:
+    """The checks that must hold before compose may read the file at all."""
+    problems = [f"{file_name}: top-level {key} is not allowed ({_why(key, 'top-level')})"
+                for key in document if not _extension(key) and key not in TOP_LEVEL]
+    services = document.get("services")
+    if not isinstance(services, dict) or not services:
+        return [*problems, f"{file_name}: services must be a mapping with at least the service app"]
+    for name, service in services.items():
+        where = f"{file_name}: service {name}"
+        if not isinstance(service, dict):
+            problems.append(f"{where} must be a mapping")
+            continue
+        problems += [f"{where}: {option} is not allowed ({_why(option)})"
+                     for option in service if not _extension(option) and option not in SERVICE_OPTIONS]
+        for path in _env_file_paths(service.get("env_file")):
+            if "$" in path:
+                problems.append(f"{where}: env_file must be a literal path (no ${{...}}), it is read by compose")
+            elif not inside(repo_dir, path):
+                problems.append(f"{where}: env_file outside the repository is not allowed")
+    return problems
+
+
+def normalized_problems(document: dict[str, Any], repo_dir: Path, project: str, file_name: str) -> list[str]:
+    """The allow-list applied to `docker compose config` output (interpolated, long syntax, absolute paths)."""
+    problems: list[str] = []
+    services: dict[str, Any] = document.get("services") or {}
+    top = {kind: document.get(kind) or {} for kind in ("networks", "volumes", "configs", "secrets")}
+    for kind, allowed in (("networks", NETWORK_OPTIONS), ("volumes", VOLUME_OPTIONS),
+                          ("configs", FILE_OBJECT_OPTIONS), ("secrets", FILE_OBJECT_OPTIONS)):
+        for key, definition in top[kind].items():
+            problems += [f"{file_name}: {kind} {key}: {p}"
+                         for p in _top_level_problems(kind, str(key), definition or {}, allowed, repo_dir, project)]
+    for name, service in services.items():
+        where = f"{file_name}: service {name}"
+        problems += [f"{where}: {p}" for p in _service_problems(str(name), service, services, top, repo_dir)]
+    return problems
+
+
+def _top_level_problems(kind: str, key: str, definition: dict[str, Any], allowed: frozenset[str],
+                        repo_dir: Path, project: str) -> list[str]:
+    problems = [f"{option} is not allowed ({_why_top(kind, option)})"
+                for option, value in definition.items()
+                if option not in allowed and not _extension(option) and value not in (None, False, {}, [])]
+    if definition.get("name", f"{project}_{key}") != f"{project}_{key}":
+        problems.append(f"name {str(definition['name'])[:80]} is not allowed "
+                        f"(joins a {kind[:-1]} outside this preview)")
+    driver = definition.get("driver")
+    if kind == "networks" and driver not in (None, "bridge"):
+        problems.append(f"driver {driver} is not allowed")
+    if kind == "volumes" and driver not in (None, "local"):
+        problems.append(f"driver {driver} is not allowed")
+    ipam = definition.get("ipam") or {}
+    if kind == "networks" and any(value not in (None, {}, []) for value in ipam.values()):
+        problems.append("ipam is not allowed (addresses are Docker's to choose)")
+    source = definition.get("file")
+    if source is not None and not inside(repo_dir, str(source)):
+        problems.append("file is not allowed outside the repository")
+    return problems
+
+
+def _service_problems(name: str, service: dict[str, Any], services: dict[str, Any], top: dict[str, Any],
+                      repo_dir: Path) -> list[str]:
+    problems = [f"{option} is not allowed ({_why(option)})" for option, value in service.items()
+                if option not in SERVICE_OPTIONS and not _extension(option) and value not in (None, False)]
+    build = service.get("build")
+    if build is not None:
+        problems += _build_problems(build, repo_dir)
+        if service.get("image"):
+            problems.append("image beside build is not allowed (the built image would replace that image for "
+                            "every preview on the host)")
+    if name not in ("app", "db"):
+        problems += [f"{option} is not allowed (only app and db get host ports and fixed names)"
+                     for option in ("ports", "container_name") if service.get(option)]
+    for volume in service.get("volumes") or []:
+        if (problem := _volume_problem(volume, top["volumes"], repo_dir)) is not None:
+            problems.append(f"volumes: {problem}")
+    for network in service.get("networks") or {}:
+        if network not in top["networks"]:
+            problems.append(f"networks: {str(network)[:60]} is not a network of this file")
+    for kind in ("configs", "secrets"):
+        for reference in service.get(kind) or []:
+            source = reference.get("source") if isinstance(reference, dict) else reference
+            if source not in top[kind]:
+                problems.append(f"{kind}: {str(source)[:60]} is not defined in this file")
+    problems += _namespace_problems(service, services)
+    problems += _deploy_problems(service)
+    driver = (service.get("logging") or {}).get("driver")
+    if driver not in (None, "json-file", "local"):
+        problems.append(f"logging driver {driver} is not allowed (logs stay with Docker)")
+    for option in service.get("security_opt") or []:
+        if str(option).replace("=", ":") not in ("no-new-privileges", "no-new-privileges:true"):
+            problems.append(f"security_opt {str(option)[:60]} is not allowed (weakens container confinement)")
+    for hook in (service.get("post_start") or []) + (service.get("pre_stop") or []):
+        if isinstance(hook, dict) and hook.get("privileged"):
+            problems.append("a privileged post_start or pre_stop hook is not allowed")
+    for path in _env_file_paths(service.get("env_file")):
+        if not inside(repo_dir, path):
+            problems.append("env_file outside the repository is not allowed")
+    return problems
+
+
+def _build_problems(build: Any, repo_dir: Path) -> list[str]:
+    if not isinstance(build, dict):
+        return ["build must be a mapping"]
+    problems = [f"build {option} is not allowed ({_BUILD_REFUSED_BECAUSE.get(option, 'not needed by a preview')})"
+                for option, value in build.items() if option not in BUILD_OPTIONS and value not in (None, False)]
+    context = str(build.get("context", ""))
+    if not context.startswith("/") or not inside(repo_dir, context):
+        problems.append("build context must be a directory of the repository (not a URL or a path outside it)")
+    elif build.get("dockerfile") and not inside(repo_dir, str(Path(context) / str(build["dockerfile"]))):
+        problems.append("build dockerfile outside the repository is not allowed")
+    if build.get("network") not in (None, "default", "none"):
+        problems.append(f"build network {str(build['network'])[:40]} is not allowed (a build keeps its own network)")
+    return problems
+
+
+def _volume_problem(volume: Any, volumes: dict[str, Any], repo_dir: Path) -> str | None:
+    if not isinstance(volume, dict):
+        return "must be in compose's long form"
+    kind, source = volume.get("type"), str(volume.get("source") or "")
+    if any(hint in source for hint in DOCKER_SOCKET_HINTS):
+        return "the Docker socket is not allowed"
+    if kind == "tmpfs":
+        return None
+    if kind == "volume":
+        if source and source not in volumes:
+            return f"volume {source[:60]} is not defined in this file"
+        return None
+    if kind != "bind":
+        return f"type {kind} is not allowed"
+    if not inside(repo_dir, source):
+        return f"bind mount of {source[:80]} is not allowed (outside the work directory)"
+    if not volume.get("read_only"):
+        return f"bind mount of {_relative(repo_dir, source)} must be read-only (add :ro; use a volume for data)"
+    if (volume.get("bind") or {}).get("propagation") not in (None, "private", "rprivate"):
+        return "bind propagation is not allowed (mounts would cross into the host)"
+    return None
+
+
+def _namespace_problems(service: dict[str, Any], services: dict[str, Any]) -> list[str]:
+    problems = []
+    for option, private in (("ipc", ("private", "shareable", "none")), ("pid", ())):
+        value = service.get(option)
+        if value not in (None, "", *private) and not _own_service(value, services):
+            problems.append(f"{option}: {str(value)[:40]} is not allowed (shares the host's or another "
+                            f"container's {option} namespace)")
+    mode = service.get("network_mode")
+    if mode not in (None, "", "none") and not _own_service(mode, services):
+        problems.append(f"network_mode {str(mode)[:40]} is not allowed (a preview keeps its own network)")
+    return problems
+
+
+def _deploy_problems(service: dict[str, Any]) -> list[str]:
+    problems = []
+    deploy = service.get("deploy") or {}
+    problems += [f"deploy {option} is not allowed" for option, value in deploy.items()
+                 if option not in DEPLOY_OPTIONS and value not in (None, {}, [])]
+    if deploy.get("placement"):
+        problems.append("deploy placement is not allowed")
+    if deploy.get("mode") not in (None, "replicated"):
+        problems.append(f"deploy mode {deploy['mode']} is not allowed")
+    for option, count in (("scale", service.get("scale")), ("deploy replicas", deploy.get("replicas"))):
+        if count is not None and count != 1:
+            problems.append(f"{option} {count} is not allowed (one container per service: the limits apply to each)")
+    return problems
+
+
+def _own_service(value: Any, services: dict[str, Any]) -> bool:
+    text = str(value)
+    return text.startswith("service:") and text.removeprefix("service:") in services
+
+
+def _env_file_paths(value: Any) -> list[str]:
+    entries = value if isinstance(value, list) else [] if value is None else [value]
+    return [str(entry.get("path", "")) if isinstance(entry, dict) else str(entry) for entry in entries]
+
+
+def _extension(key: Any) -> bool:
+    return isinstance(key, str) and key.startswith("x-")
+
+
+def _why(option: str, level: str = "service") -> str:
+    if level == "top-level" and option == "include":
+        return "reads other files"
+    return _REFUSED_BECAUSE.get(option, "not one of the options a preview may use")
+
+
+def _why_top(kind: str, option: str) -> str:
+    return {
+        "external": "shared with the host or other previews",
+        "driver_opts": "can bind host paths",
+        "environment": "reads host variables",
+        "template_driver": "runs a template driver",
+    }.get(option, "not needed by a preview")
+
+
+def _relative(repo_dir: Path, path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(repo_dir.resolve())) or "."
+    except ValueError:
+        return path[:80]
+

@@ -1,0 +1,194 @@
+"""The one factory for the plugin manager, and the catalogue of what the loaded plugins provide."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from orchestrator.plugin_api import hookspecs
+from orchestrator.plugin_api.preview_config import KnownNames
+from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
+from orchestrator.plugin_api.types import DatabaseSpec, Detection, FrameworkSpec, ServiceSpec
+
+ENTRY_POINT_GROUP = "preview_orchestrator"
+DISTRIBUTION = "preview-orchestrator"
+DEFAULT_FRAMEWORK = "nestjs"  # the spec: when nothing matches, nestjs is assumed
+
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "frameworks.nestjs",
+    "frameworks.go",
+    "frameworks.laravel",
+    "frameworks.rust",
+    "frameworks.python",
+    "databases.postgres",
+    "databases.mysql",
+    "databases.mongodb",
+    "plugins.redis",
+    "plugins.memcached",
+    "plugins.rabbitmq",
+    "plugins.mailpit",
+    "plugins.minio",
+    "orchestrator.runtime.compose",
+)
+
+
+class PluginError(Exception):
+    """Plugins cannot be loaded together; the message names the plugins involved."""
+
+
+@dataclass
+class Provided:
+    frameworks: dict[str, FrameworkSpec] = field(default_factory=dict)
+    databases: dict[str, DatabaseSpec] = field(default_factory=dict)
+    services: dict[str, ServiceSpec] = field(default_factory=dict)
+    runtimes: dict[str, RuntimeSpec] = field(default_factory=dict)
+    # name -> plugin names providing it, for the listing and for conflicts
+    owners: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+class PluginHost:
+    """A built plugin manager plus what it provides. Build it with `build_plugin_host`."""
+
+    def __init__(self, manager: pluggy.PluginManager, builtin_names: frozenset[str]) -> None:
+        self.manager = manager
+        self.hook = manager.hook
+        self.builtin_names = builtin_names
+        self.provided = self._collect()
+
+    def known_names(self, detected: str | None = None) -> KnownNames:
+        return KnownNames(
+            frameworks=frozenset(self.provided.frameworks),
+            databases=frozenset(self.provided.databases),
+            services=frozenset(self.provided.services),
+            detected=detected,
+        )
+
+    def detect_framework(self, repo_dir: Path) -> Detection:
+        answers = [Detection.model_validate(a) for a in self.hook.po_detect_framework(repo_dir=repo_dir) if a]
+        answers = [a for a in answers if a.framework in self.provided.frameworks]
+        if not answers:
+            return Detection(framework=DEFAULT_FRAMEWORK, rank=1000, reason="nothing matched; the default")
+        return min(answers, key=lambda a: a.rank)
+
+    def runtime(self, name: str, settings: Any) -> Runtime:
+        """The runtime called `name` (RUNTIME), built by the plugin that provides it."""
+        if name not in self.provided.runtimes:
+            available = ", ".join(sorted(self.provided.runtimes)) or "none"
+            raise PluginError(f"RUNTIME {name!r} is not provided by any plugin (available: {available})")
+        runtime = self.hook.po_runtime(name=name, settings=settings)
+        if runtime is None or not isinstance(runtime, Runtime):
+            raise PluginError(f"the plugin providing runtime {name!r} did not build one")
+        return runtime
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The debug listing: one entry per plugin."""
+        dist_of = {id(plugin): dist for plugin, dist in self.manager.list_plugin_distinfo()}
+        listing = []
+        for name, plugin in sorted(self.manager.list_name_plugin(), key=lambda item: item[0]):
+            if plugin is None:
+                continue
+            dist = dist_of.get(id(plugin))
+            builtin = name in self.builtin_names
+            hooks = sorted(
+                caller.name
+                for caller in self.manager.get_hookcallers(plugin) or []
+                if caller.name.startswith("po_")
+            )
+            listing.append(
+                {
+                    "name": name,
+                    "distribution": DISTRIBUTION if builtin else (dist.project_name if dist else None),
+                    "version": _builtin_version() if builtin else (dist.version if dist else None),
+                    "builtin": builtin,
+                    "hooks": hooks,
+                    "frameworks": self._owned("framework", name),
+                    "databases": self._owned("database", name),
+                    "services": self._owned("service", name),
+                    "runtimes": self._owned("runtime", name),
+                }
+            )
+        return listing
+
+    def _owned(self, kind: str, plugin_name: str) -> list[str]:
+        return sorted(n for (k, n), owners in self.provided.owners.items() if k == kind and plugin_name in owners)
+
+    def _collect(self) -> Provided:
+        provided = Provided()
+        for name, plugin in self.manager.list_name_plugin():
+            if plugin is None:
+                continue
+            for kind, hook, model, target in (
+                ("framework", "po_frameworks", FrameworkSpec, provided.frameworks),
+                ("database", "po_databases", DatabaseSpec, provided.databases),
+                ("service", "po_services", ServiceSpec, provided.services),
+                ("runtime", "po_runtimes", RuntimeSpec, provided.runtimes),
+            ):
+                implementation = getattr(plugin, hook, None)
+                if implementation is None:
+                    continue
+                for raw in implementation() or []:
+                    spec = model.model_validate(raw)
+                    owners = provided.owners.setdefault((kind, spec.name), [])
+                    owners.append(name)
+                    self._check_conflict(kind, spec.name, owners)
+                    # A third-party answer overrides the built-in one (built-ins answer trylast).
+                    if name not in self.builtin_names or spec.name not in target:
+                        target[spec.name] = spec  # type: ignore[assignment]
+        # A database listed in extra_services must be an error, not a second service: keep kinds apart.
+        clash = set(provided.databases) & set(provided.services)
+        if clash:
+            raise PluginError(f"{', '.join(sorted(clash))} provided both as a database and as a service")
+        return provided
+
+    def _check_conflict(self, kind: str, name: str, owners: list[str]) -> None:
+        """Two providers of a name are an error, unless exactly one is a built-in being overridden."""
+        builtins = [owner for owner in owners if owner in self.builtin_names]
+        if len(owners) > 2 or (len(owners) == 2 and len(builtins) != 1):
+            raise PluginError(
+                f"{kind} {name!r} is provided by both {owners[0]!r} and {owners[1]!r}; "
+                "disable one with PREVIEW_ORCHESTRATOR_DISABLE_PLUGINS"
+            )
+
+
+def build_plugin_host(
+    disabled: Iterable[str] = (),
+    load_entry_points: bool = True,
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> PluginHost:
+    """Built-ins (DEFAULT_PLUGINS), then entry points of `preview_orchestrator`, then check_pending()."""
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    blocked = {name.strip() for name in disabled if name.strip()}
+    for name in blocked:
+        manager.set_blocked(name)
+    builtin: set[str] = set()
+    for module_name in DEFAULT_PLUGINS:
+        if module_name in blocked:
+            continue
+        module: ModuleType = importlib.import_module(module_name)
+        manager.register(module, name=module_name)
+        builtin.add(module_name)
+    if load_entry_points:
+        try:
+            manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must name itself
+            raise PluginError(f"a {ENTRY_POINT_GROUP} entry point failed to load: {exc}") from exc
+    for name, plugin in extra_plugins:
+        manager.register(plugin, name=name)
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
+    return PluginHost(manager, frozenset(builtin))
+
+
+def _builtin_version() -> str:
+    from orchestrator import __version__
+
+    return __version__

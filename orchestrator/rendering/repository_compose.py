@@ -1,0 +1,102 @@
+"""A repository's own compose.preview.yml: judged by the compose policy twice (as written, then as compose
+reads it), then given the preview's names, ports, environment and labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.common.safe_yaml import YamlRejected, load_untrusted_yaml
+from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig, ensure_inside
+from orchestrator.plugin_api.types import RenderContext
+from orchestrator.rendering.compose_document import (
+    MAX_COMPOSE_BYTES,
+    REPO_COMPOSE_OUTPUT,
+    Normalizer,
+    PendingStartup,
+    RenderedDeployment,
+    apply_common,
+    dump_compose,
+    escape,
+)
+from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
+from orchestrator.rendering.plugin_host import PluginHost
+
+
+def repository_owned(
+    host: PluginHost, repo_dir: Path, name: str, config: PreviewConfig, context: RenderContext,
+    normalize: Normalizer | None,
+) -> RenderedDeployment:
+    path = repo_dir / name
+    ensure_inside(repo_dir, path, name)
+    try:
+        raw = load_untrusted_yaml(path.read_bytes(), name, max_bytes=MAX_COMPOSE_BYTES)
+    except YamlRejected as exc:
+        raise ConfigError([str(exc)]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{name} must be a mapping"])
+    problems = raw_problems(raw, repo_dir, name)
+    services = raw.get("services") if isinstance(raw.get("services"), dict) else {}
+    if "app" not in services:
+        problems.append(f"{name}: a service named app is required")
+    if problems:
+        raise ConfigError(problems)
+    if normalize is None:
+        raise ConfigError([f"{name} can only be judged with docker compose (compose v2) installed"])
+    # From here on, only compose's own reading of the file counts: interpolated, defaults applied.
+    compose = normalize(path, context.deployment_id)
+    problems = normalized_problems(compose, repo_dir, context.deployment_id, name)
+    if problems:
+        raise ConfigError(problems)
+    services = compose["services"]
+
+    app = services["app"]
+    app["container_name"] = context.container_name("app")
+    app["ports"] = [f"127.0.0.1:{context.app_host_port}:{config.app_port}"]
+    environment = _environment_dict(app.get("environment"))
+    environment.update(escape(config.env_map))
+    environment[config.app_port_env] = str(config.app_port)
+    environment.setdefault("PORT", str(config.app_port))
+    app["environment"] = environment
+    if config.env_file:
+        existing = app.get("env_file") or []
+        app["env_file"] = [*(existing if isinstance(existing, list) else [existing]), config.env_file]
+    pending = None
+    if config.startup_commands:
+        pending = PendingStartup(
+            config.startup_commands, image=app.get("image") or f"{context.deployment_id}-app",
+            entrypoint=_unescape(app.get("entrypoint")), command=_unescape(app.get("command")))
+    if isinstance(services.get("db"), dict):
+        db_port = host.provided.databases[config.database].port
+        services["db"]["container_name"] = context.container_name("db")
+        services["db"]["ports"] = [f"127.0.0.1:{context.db_host_port}:{db_port}"]
+    compose["name"] = context.deployment_id
+    apply_common(compose, context)
+    return RenderedDeployment(
+        compose_file=REPO_COMPOSE_OUTPUT,
+        compose=compose,
+        files={REPO_COMPOSE_OUTPUT: dump_compose(compose)},
+        rename=("compose.preview.yaml", "compose.preview.yml") if name.endswith(".yaml") else None,
+        repository_owned=True,
+        pending_startup=pending,
+    )
+
+
+def _unescape(value: Any) -> list[str] | None:
+    """A command list from `docker compose config` (which prints a literal `$` as `$$`), as the process sees it."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    return [str(item).replace("$$", "$") for item in items]
+
+
+def _environment_dict(environment: Any) -> dict[str, Any]:
+    if isinstance(environment, dict):
+        return {str(k): v for k, v in environment.items()}
+    if isinstance(environment, list):
+        result: dict[str, Any] = {}
+        for item in environment:
+            key, sep, value = str(item).partition("=")
+            result[key] = value if sep else None
+        return result
+    return {}

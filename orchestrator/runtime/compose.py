@@ -1,0 +1,113 @@
+"""The built-in `compose` runtime: a preview is a docker compose project on this host's Docker engine.
+
+Registered as a built-in plugin (plugin_api/host.py, DEFAULT_PLUGINS); it is how a third party's runtime looks:
+`po_runtimes` names it, `po_runtime` builds it for the service's settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import OWNER_LABEL
+from orchestrator.plugin_api import RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.settings import Settings
+
+NAME = "compose"
+
+
+@hookimpl(trylast=True)
+def po_runtimes() -> list[RuntimeSpec]:
+    return [RuntimeSpec(name=NAME, description="docker compose on this host's Docker engine (one project per "
+                                               "preview)")]
+
+
+@hookimpl(trylast=True)
+def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
+    if name != NAME:
+        return None
+    return ComposeRuntime(settings.compose_timeout_seconds, HostEnv.for_state_dir(settings.state_dir))
+
+
+class ComposeRuntime:
+    name = NAME
+
+    def __init__(self, timeout: float, env: HostEnv) -> None:
+        self.compose = Compose(timeout, env)
+        self.docker = DockerResources(env)
+
+    def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
+        return self.compose.normalized(compose_file, deployment_id)
+
+    def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("Docker build failed"):
+            self.compose.build(deployment_id, compose_file, log, control)
+
+    def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
+                      control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
+        with _failure("The app image's entrypoint could not be read"):
+            try:
+                return self.docker.image_command(image)
+            except CommandFailed:  # an `image:` the build did not make: compose pulls it
+                self.compose.pull(deployment_id, compose_file, service, log, control)
+                return self.docker.image_command(image)
+
+    def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("Containers failed to start"):
+            self.compose.up(deployment_id, compose_file, log, control)
+
+    def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
+        with _failure("Containers could not be stopped"):
+            self.compose.stop(deployment_id, log)
+
+    def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        try:
+            self.compose.down(deployment_id, compose_file, None)
+        except CommandFailed:
+            pass  # what compose could not remove is removed by label below
+        problems = self.docker.remove_labelled(deployment_id, None)
+        try:
+            left = {ident.split(":", 1)[0] for ident in self.owned(deployment_id)}
+        except RuntimeFailure as exc:
+            return [*problems, exc.message]
+        return problems + [f"{kind}s still present" for kind in ("container", "volume", "network") if kind in left]
+
+    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
+        with _failure("Container logs could not be read"):
+            return self.compose.logs(deployment_id, compose_file, service, tail=tail)
+
+    def owned(self, deployment_id: str | None = None) -> dict[str, str]:
+        found: dict[str, str] = {}
+        with _failure("Docker resources could not be listed"):
+            for kind in ("container", "volume", "network"):
+                found.update({f"{kind}:{ident}": owner
+                              for ident, owner in self.docker.labelled(kind, deployment_id).items()})
+        return found
+
+    def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
+        return f"http://127.0.0.1:{app_port}{path}"
+
+    def ports_in_use(self) -> set[int]:
+        with _failure("Published ports could not be listed"):
+            return self.docker.published_host_ports()
+
+    def remove_leftovers(self, owner_marker: str) -> None:
+        with _failure("Containers of the previous run could not be removed"):
+            self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
+
+
+@contextmanager
+def _failure(message: str) -> Iterator[None]:
+    """CommandFailed of a step becomes the runtime's RuntimeFailure, with the command's last lines."""
+    try:
+        yield
+    except CommandFailed as exc:
+        raise RuntimeFailure(message, exc.tail()) from None
+    except OSError as exc:  # docker missing, or not executable
+        raise RuntimeFailure(message, str(exc)) from None

@@ -1,0 +1,147 @@
+"""`docker compose` for one deployment's project, and label-based sweeping of what a project left behind.
+
+Every docker command runs with the operator's Docker client configuration (host_env.HostEnv.docker) and
+nothing else of the service's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
+from orchestrator.plugin_api.preview_config import ConfigError
+
+__all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "DockerResources"]
+
+
+class Compose:
+    def __init__(self, timeout: float, env: HostEnv) -> None:
+        self._timeout = timeout
+        self._env = env
+
+    def _compose(self, project: str, compose_file: Path | None, args: list[str], cwd: Path | None,
+                 log: DeploymentLog | None, timeout: float | None = None,
+                 control: FlowControl | None = None) -> str:
+        argv = ["docker", "compose", "--project-name", project]
+        if compose_file is not None:
+            argv += ["--file", str(compose_file)]
+        # No service variable reaches compose: `${CODEHOST_TOKEN}` in a pull request's compose file is empty.
+        return run([*argv, *args], cwd=cwd, env=self._env.docker(), timeout=timeout or self._timeout, log=log,
+                   control=control)
+
+    def normalized(self, compose_file: Path, project: str) -> dict[str, Any]:
+        """The file as compose will run it (`docker compose config`: interpolated in the same clean environment,
+        long syntax, absolute paths). Its output never reaches the log: env files are inlined in it."""
+        with tempfile.TemporaryDirectory(prefix="po-config-") as scratch:
+            output = Path(scratch) / "config.json"
+            try:
+                self._compose(project, compose_file, ["config", "--format", "json", "--output", str(output)],
+                              compose_file.parent, None, timeout=60)
+            except CommandFailed as exc:
+                reason = exc.tail(3).replace(str(compose_file.parent) + "/", "") or str(exc)
+                raise ConfigError([f"{compose_file.name} is not valid for docker compose: {reason}"]) from None
+            document: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
+        return document
+
+    def build(self, project: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        self._compose(project, compose_file, ["build"], compose_file.parent, log, control=control)
+
+    def up(self, project: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        self._compose(project, compose_file, ["up", "--detach", "--remove-orphans"], compose_file.parent, log,
+                      control=control)
+
+    def pull(self, project: str, compose_file: Path, service: str, log: DeploymentLog,
+             control: FlowControl) -> None:
+        self._compose(project, compose_file, ["pull", service], compose_file.parent, log, control=control)
+
+    def stop(self, project: str, log: DeploymentLog | None) -> None:
+        self._compose(project, None, ["stop"], None, log, timeout=120)
+
+    def logs(self, project: str, compose_file: Path, service: str, tail: int) -> str:
+        """The last `tail` lines a service printed (for a failure comment); not written to the log."""
+        return self._compose(project, compose_file, ["logs", "--no-color", "--tail", str(tail), service],
+                             compose_file.parent, None, timeout=60)
+
+    def down(self, project: str, compose_file: Path | None, log: DeploymentLog | None) -> None:
+        """Remove containers, networks, volumes and the images built for it (`--rmi local`: a closed pull
+        request must not leave its image on the host's disk); works without the compose file (by project)."""
+        cwd = compose_file.parent if compose_file else None
+        self._compose(project, compose_file, ["down", "--volumes", "--remove-orphans", "--rmi", "local",
+                                              "--timeout", "10"], cwd,
+                      log, timeout=300)
+
+
+class DockerResources:
+    """What carries the deployment label on the engine, found and removed without compose."""
+
+    def __init__(self, env: HostEnv) -> None:
+        self._env = env
+
+    def _docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60) -> str:
+        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log)
+
+    def labelled(self, kind: str, deployment_id: str | None = None, label: str | None = None) -> dict[str, str]:
+        """Resources of `kind` (container, volume, network) carrying the deployment label (or `label`, a
+        `key=value` filter): id -> deployment."""
+        selector = label or (DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}")
+        if kind == "container":
+            argv = ["ps", "--all", "--filter", f"label={selector}", "--format", "{{json .}}"]
+        else:
+            argv = [kind, "ls", "--filter", f"label={selector}", "--format", "{{json .}}"]
+        found: dict[str, str] = {}
+        for line in self._docker(argv).splitlines():
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            ident = item.get("ID") or item.get("Name")
+            labels = dict(part.split("=", 1) for part in str(item.get("Labels", "")).split(",") if "=" in part)
+            found[str(ident)] = labels.get(DEPLOYMENT_LABEL, deployment_id or "")
+        return found
+
+    def remove_labelled(self, deployment_id: str, log: DeploymentLog | None) -> list[str]:
+        """Force-remove every container, network and volume of `deployment_id`; returns what could not go."""
+        problems: list[str] = []
+        for kind, remove in (("container", ["rm", "--force", "--volumes"]),
+                             ("network", ["network", "rm"]),
+                             ("volume", ["volume", "rm", "--force"])):
+            try:
+                for ident in self.labelled(kind, deployment_id):
+                    self._docker([*remove, ident], log=log, timeout=120)
+            except CommandFailed as exc:
+                problems.append(f"{kind}: {exc}")
+        return problems
+
+    def remove_containers(self, label: str) -> list[str]:
+        """Force-remove the containers carrying `label` (`key=value`); returns their ids."""
+        removed = list(self.labelled("container", label=label))
+        for ident in removed:
+            self._docker(["rm", "--force", ident], timeout=120)
+        return removed
+
+    def image_command(self, image: str) -> tuple[list[str] | None, list[str] | None]:
+        """The ENTRYPOINT and CMD of a local image; CommandFailed when it is not on the engine."""
+        config = json.loads(self._docker(["image", "inspect", "--format", "{{json .Config}}", image]))
+        return config.get("Entrypoint"), config.get("Cmd")
+
+    def published_host_ports(self) -> set[int]:
+        """Host ports published by running containers (any project, not only ours)."""
+        ports: set[int] = set()
+        for line in self._docker(["ps", "--format", "{{.Ports}}"]).splitlines():
+            for mapping in line.split(","):
+                if "->" not in mapping:
+                    continue
+                host_side = mapping.split("->")[0].strip()
+                port = host_side.rsplit(":", 1)[-1]
+                if "-" in port:
+                    first, last = port.split("-", 1)
+                    if first.isdigit() and last.isdigit():
+                        ports.update(range(int(first), int(last) + 1))
+                elif port.isdigit():
+                    ports.add(int(port))
+        return ports

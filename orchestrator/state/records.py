@@ -1,0 +1,285 @@
+"""Pydantic models at the service's edges: webhook payloads, records, the store file and HTTP bodies."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.common.naming import SHA_PATTERN, branch_problem
+
+DeploymentStatus = Literal["building", "running", "failed"]
+PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
+HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
+# Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
+PreviewSource = Literal["codehost", "local"]
+LOCAL_OWNER = "local"
+
+MAX_PR_NUMBER = 2**31 - 1
+
+
+class _Payload(BaseModel):
+    # Code hosts add fields all the time; only the ones we use are checked.
+    model_config = ConfigDict(extra="ignore")
+
+
+class Owner(_Payload):
+    login: str | None = Field(default=None, max_length=100)
+
+
+class HeadRepo(_Payload):
+    clone_url: str | None = Field(default=None, max_length=2048)
+    name: str | None = Field(default=None, max_length=100)
+    full_name: str | None = Field(default=None, max_length=200)
+    owner: Owner | None = None
+
+
+class Head(_Payload):
+    ref: str | None = Field(default=None, description="Branch name")
+    sha: str | None = Field(default=None, description="Commit SHA")
+    repo: HeadRepo | None = None
+
+    @field_validator("ref")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (problem := branch_problem(value)):
+            raise ValueError(f"branch name {problem}")
+        return value
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA_PATTERN.match(value):
+            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
+        return value
+
+
+class Base(_Payload):
+    ref: str | None = Field(default=None, max_length=255)
+
+
+class PullRequest(_Payload):
+    number: int = Field(ge=1, le=MAX_PR_NUMBER)
+    head: Head
+    base: Base
+
+
+class Repository(_Payload):
+    full_name: str = Field(max_length=200, description="Form owner/repo")
+    name: str = Field(max_length=100)
+    owner: Owner
+    clone_url: str | None = Field(default=None, max_length=2048)
+
+
+class WebhookPayload(_Payload):
+    """The spec's `GitHubWebhookPayload`: the part of a `pull_request` event the service reads."""
+
+    model_config = ConfigDict(extra="ignore", title="GitHubWebhookPayload")
+
+    action: PullRequestAction
+    pull_request: PullRequest
+    repository: Repository
+
+
+class PullRequestEvent(BaseModel):
+    """A validated, allowed pull-request event as the inbox keeps it (small: never the raw body)."""
+
+    delivery_id: str
+    action: PullRequestAction
+    deployment_id: str
+    project_slug: str
+    repo_owner: str
+    repo_name: str
+    pr_number: int
+    branch: str | None = None
+    commit_sha: str | None = None
+    clone_url: str | None = None
+    head_repo_full_name: str | None = None
+    base_ref: str | None = None
+    received_at: datetime
+    source: PreviewSource = "codehost"
+
+    @property
+    def local(self) -> bool:
+        """Made by `preview-orchestrator up`: no comment and no deployment status on any code host."""
+        return self.source == "local"
+
+    @property
+    def from_fork(self) -> bool:
+        """Head repository differs from the base one (or is gone, as when a fork was deleted)."""
+        base = f"{self.repo_owner}/{self.repo_name}".lower()
+        return (self.head_repo_full_name or "").lower() != base
+
+
+def event_for_record(record: DeploymentRecord, action: PullRequestAction, delivery_id: str) -> PullRequestEvent:
+    """An event the service makes itself about a tracked preview (TTL expiry, DELETE, a restart)."""
+    return PullRequestEvent(
+        delivery_id=delivery_id, action=action, deployment_id=record.deploymentId,
+        project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
+        pr_number=record.prNumber, branch=record.branch, commit_sha=record.commitSha,
+        received_at=datetime.now(UTC), source=record.source, clone_url=record.cloneUrl,
+    )
+
+
+class DeploymentRecord(BaseModel):
+    """One tracked preview, as stored and as returned by `GET /api/previews`."""
+
+    # Frozen: the store shares records between cached snapshots; a change is a `model_copy(update=...)`.
+    model_config = ConfigDict(title="DeploymentRecord", frozen=True)
+
+    prNumber: int
+    repoName: str
+    repoOwner: str
+    projectSlug: str
+    deploymentId: str = Field(description="Format {projectSlug}-{prNumber}. Key of the record")
+    branch: str
+    commitSha: str
+    framework: str | None = Field(
+        description="One of the loaded framework plugins (built in: nestjs, go, laravel, rust, python); "
+        "null until preview-config.yml was read"
+    )
+    dbType: str | None = Field(
+        description="One of the loaded database plugins (built in: postgres, mysql, mongodb); "
+        "null until preview-config.yml was read"
+    )
+    appPort: int | None = Field(description="Port the app listens on inside the container; null until known")
+    exposedAppPort: int
+    exposedDbPort: int
+    status: DeploymentStatus
+    createdAt: datetime
+    updatedAt: datetime
+    url: str
+    commentId: int | None = Field(
+        default=None, description="Pull-request comment kept up to date; null until one was posted"
+    )
+    cloneUrl: str | None = Field(default=None, description="Where the head commit was cloned from")
+    error: str | None = Field(default=None, description="Why the last deploy or update failed; null otherwise")
+    codehostDeploymentId: int | None = Field(
+        default=None, description="The code host's deployment for the current commit; null when not reported"
+    )
+    source: PreviewSource = Field(
+        default="codehost", description="codehost: a pull request; local: `preview-orchestrator up` on the host"
+    )
+
+
+    def belongs_to(self, event: PullRequestEvent) -> bool:
+        """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""
+        return (self.source == event.source
+                and f"{self.repoOwner}/{self.repoName}".lower() == f"{event.repo_owner}/{event.repo_name}".lower())
+
+
+def foreign_repository_message(deployment_id: str, owner: str, name: str) -> str:
+    """Why an event of another repository whose name gives the same deployment id is refused."""
+    return (f"Deployment {deployment_id} belongs to the repository {owner}/{name}; another repository whose name "
+            "gives the same deployment id cannot use it")
+
+
+class PortAllocation(BaseModel):
+    model_config = ConfigDict(title="PortAllocation", frozen=True)
+
+    exposedAppPort: int
+    exposedDbPort: int
+
+
+class StoreFile(BaseModel):
+    """The tracking store's JSON document."""
+
+    deployments: dict[str, DeploymentRecord] = Field(default_factory=dict)
+    portAllocations: dict[str, PortAllocation] = Field(default_factory=dict)
+
+
+# HTTP bodies ----------------------------------------------------------------------------------
+
+
+class LocalPreviewRequest(BaseModel):
+    """`POST /api/previews`: deploy a git repository of this host (what `preview-orchestrator up` sends)."""
+
+    model_config = ConfigDict(extra="forbid", title="LocalPreviewRequest")
+
+    path: str = Field(max_length=4096, description="Absolute path of a git repository on the service's host")
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$", description="Names the preview: local-{name}")
+    pr: int = Field(default=1, ge=1, le=56_000, description="The number in the preview's id and URL")
+    branch: str = Field(description="Branch of the repository to deploy")
+    sha: str = Field(description="Commit to deploy (the branch's head)")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\x00" in value or any(ord(c) < 0x20 for c in value):
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        if problem := branch_problem(value):
+            raise ValueError(f"branch name {problem}")
+        return value
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not SHA_PATTERN.match(value):
+            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
+        return value
+
+
+class LocalPreviewAccepted(BaseModel):
+    model_config = ConfigDict(title="LocalPreviewAccepted")
+
+    status: Literal["ok"] = "ok"
+    deploymentId: str
+    url: str
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(title="Error")
+
+    error: str
+
+
+class StatusOk(BaseModel):
+    model_config = ConfigDict(title="StatusOk")
+
+    status: Literal["ok"] = "ok"
+
+
+class CleanupResult(BaseModel):
+    model_config = ConfigDict(title="CleanupResult")
+
+    status: Literal["ok"] = "ok"
+    message: str = Field(description="Preview <deploymentId> cleaned up")
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(title="Health")
+
+    status: Literal["ok"] = "ok"
+    timestamp: datetime
+    uptime: float = Field(description="Seconds since the service started (fractional)")
+
+
+class DeploymentList(BaseModel):
+    model_config = ConfigDict(title="DeploymentList")
+
+    deployments: list[DeploymentRecord]
+
+
+class PluginInfo(BaseModel):
+    model_config = ConfigDict(title="PluginInfo")
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    hooks: list[str]
+    frameworks: list[str]
+    databases: list[str]
+    services: list[str]
+
+
+class PluginList(BaseModel):
+    model_config = ConfigDict(title="PluginList")
+
+    plugins: list[PluginInfo]

@@ -1,0 +1,207 @@
+"""The runtime seam: a runtime from a plugin (po_runtimes + po_runtime), chosen by RUNTIME, receives every
+build, start, stop and remove of the real flows — with real git and the real renderer, no Docker."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.flows.engine import DeployEngine
+from orchestrator.flows.handler import FlowError
+from orchestrator.plugin_api import (
+    DeploymentLog,
+    FlowControl,
+    RuntimeFailure,
+    RuntimeSpec,
+    hookimpl,
+)
+from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
+from orchestrator.state.records import PullRequestEvent
+from tests.conftest import SettingsFactory
+from tests.support.fake_codehost import FakeCodeHost
+from tests.support.git_repos import PullRequestRepo, make_pr_repo
+from tests.support.repos import config_for
+
+
+class RecordingRuntime:
+    """Answers like a runtime whose app is a local HTTP server; records every call with what it was given."""
+
+    name = "recording"
+
+    def __init__(self, app_port: int) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.compose_seen: list[str] = []
+        self.fail_build = False
+        self._app_port = app_port
+
+    def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
+        raise AssertionError("only a repository-owned compose file is read")
+
+    def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        self.calls.append(("build", deployment_id))
+        self.compose_seen.append(compose_file.read_text())
+        if self.fail_build:
+            raise RuntimeFailure("Docker build failed", "step 3/7: npm ERR! missing script: build")
+
+    def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str,
+                      log: DeploymentLog, control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
+        self.calls.append(("image_command", deployment_id))
+        return None, ["./server"]
+
+    def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        self.calls.append(("start", deployment_id))
+
+    def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
+        self.calls.append(("stop", deployment_id))
+
+    def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        self.calls.append(("remove", deployment_id))
+        return []
+
+    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
+        self.calls.append(("logs", deployment_id))
+        return ""
+
+    def owned(self, deployment_id: str | None = None) -> dict[str, str]:
+        self.calls.append(("owned", deployment_id or "*"))
+        return {"stack:orphan": "acme-gone-9"}
+
+    def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
+        self.calls.append(("app_url", deployment_id))
+        return f"http://127.0.0.1:{self._app_port}{path}"
+
+    def ports_in_use(self) -> set[int]:
+        self.calls.append(("ports_in_use", "*"))
+        return set()
+
+    def remove_leftovers(self, owner_marker: str) -> None:
+        self.calls.append(("remove_leftovers", "*"))
+
+
+class RecordingRuntimePlugin:
+    """A third party's runtime plugin, as small as one can be."""
+
+    def __init__(self, runtime: RecordingRuntime) -> None:
+        self.runtime = runtime
+        self.built_with: list[str] = []
+
+    @hookimpl
+    def po_runtimes(self) -> list[RuntimeSpec]:
+        return [RuntimeSpec(name="recording", description="records calls")]
+
+    @hookimpl
+    def po_runtime(self, name: str, settings: Any) -> RecordingRuntime | None:
+        if name != "recording":
+            return None
+        self.built_with.append(settings.runtime)
+        return self.runtime
+
+
+@pytest.fixture
+def app_server() -> Iterator[int]:
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.fixture
+def codehost() -> Iterator[FakeCodeHost]:
+    fake = FakeCodeHost().start()
+    yield fake
+    fake.stop()
+
+
+def event(action: str, repo: PullRequestRepo, sha: str) -> PullRequestEvent:
+    return PullRequestEvent(
+        delivery_id=f"{action}-{sha[:7]}", action=action, deployment_id="acme-api-3", project_slug="acme-api",
+        repo_owner="acme", repo_name="api", pr_number=3, branch=repo.branch, commit_sha=sha,
+        clone_url=repo.clone_url, head_repo_full_name="acme/api", received_at=datetime.now(UTC),
+    )
+
+
+def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codehost: FakeCodeHost,
+                **values: Any) -> tuple[DeployEngine, RecordingRuntimePlugin]:
+    plugin = RecordingRuntimePlugin(runtime)
+    settings = make_settings(runtime="recording", codehost_api_url=codehost.url, proxy_test_command="true",
+                             proxy_reload_command="true", allowed_clone_protocols="file",
+                             health_check_interval_seconds=0.2, build_commands_mode="off", **values)
+    host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
+    return DeployEngine(settings, plugins=host), plugin
+
+
+def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
+        make_settings: SettingsFactory, codehost: FakeCodeHost, app_server: int, tmp_path: Path) -> None:
+    runtime = RecordingRuntime(app_server)
+    engine, plugin = engine_with(runtime, make_settings, codehost)
+    assert plugin.built_with == ["recording"]
+    assert engine.runtime is runtime
+    repo = make_pr_repo(tmp_path / "git", "go", "feature/seam", config_for("go", "postgres"))
+
+    engine.handle(event("opened", repo, repo.sha_a))
+    assert [name for name, _ in runtime.calls] == ["ports_in_use", "build", "start", "app_url"]
+    assert {dep for name, dep in runtime.calls if name != "ports_in_use"} == {"acme-api-3"}
+    assert "acme-api-pr-3-app" in runtime.compose_seen[0]  # the rendered compose file, as written
+    record = engine.store.read().deployments["acme-api-3"]
+    assert record.status == "running" and record.commitSha == repo.sha_a
+    assert (tmp_path / "proxy" / "acme-api-pr-3.conf").is_file()
+
+    runtime.calls.clear()
+    engine.handle(event("synchronize", repo, repo.sha_b))
+    assert [name for name, _ in runtime.calls] == ["build", "start", "app_url"]  # ports kept: not asked again
+    assert engine.store.read().deployments["acme-api-3"].commitSha == repo.sha_b
+
+    runtime.calls.clear()
+    engine.handle(event("closed", repo, repo.sha_b))
+    assert runtime.calls == [("remove", "acme-api-3")]
+    assert engine.store.read().deployments == {}
+    assert not (tmp_path / "proxy" / "acme-api-pr-3.conf").exists()
+
+
+def test_a_runtime_failure_fails_the_deploy_with_its_message_and_stops_the_preview(
+        make_settings: SettingsFactory, codehost: FakeCodeHost, app_server: int, tmp_path: Path) -> None:
+    runtime = RecordingRuntime(app_server)
+    runtime.fail_build = True
+    engine, _ = engine_with(runtime, make_settings, codehost)
+    repo = make_pr_repo(tmp_path / "git", "go", "feature/seam", config_for("go", "postgres"))
+    with pytest.raises(FlowError, match="Docker build failed"):
+        engine.handle(event("opened", repo, repo.sha_a))
+    assert [name for name, _ in runtime.calls] == ["ports_in_use", "build", "stop"]
+    assert engine.store.read().deployments["acme-api-3"].status == "failed"
+    [comment] = [c["body"] for c in codehost.comments_on("acme", "api", 3)]
+    assert "Docker build failed" in comment and "missing script: build" in comment
+
+
+def test_startup_asks_the_runtime_what_it_owns_and_removes_what_has_no_record(
+        make_settings: SettingsFactory, codehost: FakeCodeHost, app_server: int) -> None:
+    runtime = RecordingRuntime(app_server)
+    engine, _ = engine_with(runtime, make_settings, codehost)
+    engine.startup(set())
+    assert runtime.calls == [("remove_leftovers", "*"), ("owned", "*"), ("remove", "acme-gone-9")]
+
+
+def test_an_unknown_runtime_names_the_ones_there_are(make_settings: SettingsFactory) -> None:
+    settings = make_settings(runtime="kubernetes")
+    with pytest.raises(PluginError, match=r"RUNTIME 'kubernetes' is not provided by any plugin \(available: "
+                                          r"compose\)"):
+        DeployEngine(settings, plugins=build_plugin_host(load_entry_points=False))
+
+
+def test_compose_is_the_default_runtime(make_settings: SettingsFactory) -> None:
+    engine = DeployEngine(make_settings(), plugins=build_plugin_host(load_entry_points=False))
+    assert engine.runtime.name == "compose"
