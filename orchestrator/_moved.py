@@ -22,7 +22,6 @@ MOVED = {
     "orchestrator.preview_config": "orchestrator.plugin_api.preview_config",
     "orchestrator.project_files": "orchestrator.plugin_api.project_files",
     "orchestrator.templating": "orchestrator.plugin_api.templating",
-    "orchestrator.rendering": "orchestrator.rendering.compose_file",
     "orchestrator.plugin_host": "orchestrator.rendering.plugin_host",
     # EVENT_HANDLER=orchestrator.engine:DeployEngine, the 0.1 default an operator may have written down.
     "orchestrator.engine": "orchestrator.flows.engine",

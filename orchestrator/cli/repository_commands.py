@@ -27,8 +27,8 @@ def plugins(args: argparse.Namespace) -> int:
 
 
 def validate(args: argparse.Namespace) -> int:
-    from orchestrator.rendering.checkout_config import load_checkout_config
     from orchestrator.plugin_api.preview_config import ConfigError
+    from orchestrator.rendering.checkout_config import load_checkout_config
 
     _, host = plugin_host_or_exit()
     try:
@@ -43,8 +43,8 @@ def validate(args: argparse.Namespace) -> int:
 
 def render(args: argparse.Namespace) -> int:
     from orchestrator.adapters.host_env import HostEnv
-    from orchestrator.rendering.checkout_config import load_checkout_config
     from orchestrator.plugin_api.preview_config import ConfigError
+    from orchestrator.rendering.checkout_config import load_checkout_config
     from orchestrator.rendering.compose_file import make_context, render_deployment
     from orchestrator.runtime.compose_cli import Compose
 

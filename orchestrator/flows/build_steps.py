@@ -17,8 +17,9 @@ from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
-from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
+from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
     main_process,
@@ -28,7 +29,6 @@ from orchestrator.rendering.compose_file import (
     with_startup,
     write_rendered,
 )
-from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 TAIL = 20  # lines of the app's output in a failure comment

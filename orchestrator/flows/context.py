@@ -15,8 +15,8 @@ from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
-from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.plugin_api.runtime import Runtime
+from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
 

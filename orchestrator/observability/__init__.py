@@ -1,0 +1,1 @@
+"""Logs (one JSON object per line, secrets masked) and Prometheus metrics."""
