@@ -108,6 +108,28 @@ class Settings(PluginSettings):
     # The most one deploy, update or cleanup may take, all steps together; then it fails (and stops its commands).
     flow_timeout_seconds: float = Field(default=3600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # What reviewers meet (docs/routing.md, docs/security.md). `path`: {PREVIEW_BASE_URL}/{slug}/pr-{N}/ (the
+    # spec's route); `host`: {slug}-pr-{N}.{PREVIEW_DOMAIN}, one nginx server per preview (wildcard DNS).
+    preview_routing: Literal["path", "host"] = "path"
+    preview_domain: str | None = Field(default=None, max_length=200,
+                                       pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    # A wildcard certificate for *.{PREVIEW_DOMAIN} (host routing): HTTPS on PREVIEW_TLS_PORT, HTTP redirected.
+    preview_tls_cert: Path | None = None
+    preview_tls_key: Path | None = None
+    preview_tls_port: int = Field(default=443, ge=1, le=65535)
+    # Who may open a preview: `none` (the spec), `basic` (HTTP basic authentication, PREVIEW_PROTECTION_USERS
+    # `user:password,...` or an htpasswd file PREVIEW_PROTECTION_USERS_FILE), `token` (a signed, expiring link in
+    # the pull-request comment sets a cookie for that preview only). Recommended: basic or token.
+    preview_protection: Literal["none", "basic", "token"] = "none"
+    preview_protection_users: SecretStr = SecretStr("")
+    preview_protection_users_file: Path | None = None
+    preview_token_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 365)
+    # Which pull requests get a preview. Drafts: skipped unless PREVIEW_DRAFTS=true (`ready_for_review` deploys);
+    # `converted_to_draft` removes the preview, or keeps it with PREVIEW_DRAFT_CONVERTED=keep.
+    preview_drafts: bool = False
+    preview_draft_converted: Literal["remove", "keep"] = "remove"
+    # Only pull requests carrying this label get a preview (`labeled` deploys, `unlabeled` removes); empty: all.
+    preview_label: str = Field(default="", max_length=50)
     # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
     runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
