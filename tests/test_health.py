@@ -60,3 +60,16 @@ def test_a_cancelled_flow_stops_waiting(app, tmp_path: Path) -> None:  # noqa: A
     with pytest.raises(FlowAborted):
         wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), control)
     assert time.monotonic() - started < 2
+
+
+def test_a_stopped_app_ends_the_wait_at_once(app, tmp_path: Path) -> None:  # noqa: ANN001
+    from orchestrator.adapters.health import AppStopped
+
+    url, seen, _ = app
+    started = time.monotonic()
+    exited_at = started + 1.2
+    watch = lambda: "app exited with code 1" if time.monotonic() >= exited_at else None  # noqa: E731
+    with pytest.raises(AppStopped, match="app exited with code 1"):
+        wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60), watch=watch)
+    assert time.monotonic() - started < 2.5  # looked at every second between the 5-second probes
+    assert len(seen) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,8 @@ class RecordingRuntime:
         self.calls: list[tuple[str, str]] = []
         self.compose_seen: list[str] = []
         self.fail_build = False
+        self.exited: str | None = None
+        self.db_password = ""
         self._app_port = app_port
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
@@ -64,9 +67,13 @@ class RecordingRuntime:
         self.calls.append(("remove", deployment_id))
         return []
 
-    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
+    def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
         self.calls.append(("logs", deployment_id))
-        return ""
+        return f"app-1  | listening with password {self.db_password}\n" if self.db_password else ""
+
+    def problem(self, deployment_id: str) -> str | None:
+        self.calls.append(("problem", deployment_id))
+        return self.exited
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         self.calls.append(("owned", deployment_id or "*"))
@@ -138,9 +145,10 @@ def event(action: str, repo: PullRequestRepo, sha: str) -> PullRequestEvent:
 def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codehost: FakeCodeHost,
                 **values: Any) -> tuple[DeployEngine, RecordingRuntimePlugin]:
     plugin = RecordingRuntimePlugin(runtime)
+    values = {"health_check_interval_seconds": 0.2, **values}
     settings = make_settings(runtime="recording", codehost_api_url=codehost.url, proxy_test_command="true",
                              proxy_reload_command="true", allowed_clone_protocols="file",
-                             health_check_interval_seconds=0.2, build_commands_mode="off", **values)
+                             build_commands_mode="off", **values)
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
     return DeployEngine(settings, plugins=host), plugin
 
@@ -154,7 +162,7 @@ def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
     repo = make_pr_repo(tmp_path / "git", "go", "feature/seam", config_for("go", "postgres"))
 
     engine.handle(event("opened", repo, repo.sha_a))
-    assert [name for name, _ in runtime.calls] == ["ports_in_use", "build", "start", "app_url"]
+    assert [name for name, _ in runtime.calls] == ["ports_in_use", "build", "start", "app_url", "problem", "logs"]
     assert {dep for name, dep in runtime.calls if name != "ports_in_use"} == {"acme-api-3"}
     assert "acme-api-pr-3-app" in runtime.compose_seen[0]  # the rendered compose file, as written
     record = engine.store.read().deployments["acme-api-3"]
@@ -163,7 +171,8 @@ def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
 
     runtime.calls.clear()
     engine.handle(event("synchronize", repo, repo.sha_b))
-    assert [name for name, _ in runtime.calls] == ["build", "start", "app_url"]  # ports kept: not asked again
+    # Ports kept: not asked again.
+    assert [name for name, _ in runtime.calls] == ["build", "start", "app_url", "problem", "logs"]
     assert engine.store.read().deployments["acme-api-3"].commitSha == repo.sha_b
 
     runtime.calls.clear()
@@ -205,3 +214,28 @@ def test_an_unknown_runtime_names_the_ones_there_are(make_settings: SettingsFact
 def test_compose_is_the_default_runtime(make_settings: SettingsFactory) -> None:
     engine = DeployEngine(make_settings(), plugins=build_plugin_host(load_entry_points=False))
     assert engine.runtime.name == "compose"
+
+
+def test_an_app_that_exits_fails_the_deploy_at_once_with_its_error_line_first(
+        make_settings: SettingsFactory, codehost: FakeCodeHost, tmp_path: Path) -> None:
+    runtime = RecordingRuntime(1)  # nothing answers there: only the watch can end the wait early
+    runtime.exited = "app exited with code 1"
+    engine, _ = engine_with(runtime, make_settings, codehost, health_check_interval_seconds=5.0)
+    repo = make_pr_repo(tmp_path / "git", "go", "feature/seam", config_for("go", "postgres"))
+    runtime.db_password = engine.context.password_key() and _db_password(engine)
+    started = time.monotonic()
+    with pytest.raises(FlowError, match="app exited with code 1"):
+        engine.handle(event("opened", repo, repo.sha_a))
+    assert time.monotonic() - started < 5  # not the 60-second health window
+    assert [name for name, _ in runtime.calls][-4:] == ["problem", "logs", "logs", "stop"]
+    [comment] = [c["body"] for c in codehost.comments_on("acme", "api", 3)]
+    assert "**app exited with code 1**" in comment
+    log = (tmp_path / "deployments" / "acme-api" / "pr-3.log").read_text()
+    assert "container output" in log and "listening with password ***" in log
+    assert runtime.db_password not in log
+
+
+def _db_password(engine: DeployEngine) -> str:
+    from orchestrator.rendering import make_context
+
+    return make_context("acme", "api", 3, 1, 1, engine.context.password_key()).db_password

@@ -1,24 +1,36 @@
 """Polling the preview's health path until it answers 200 or the time is up (the spec: every 5 seconds, up to
-60 seconds; the last probe is at the 60th second)."""
+60 seconds; the last probe is at the 60th second), while watching that its containers still run."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
 
+WATCH_SECONDS = 1.0  # between probes, the containers are looked at this often
 
-def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl) -> bool:
+
+class AppStopped(Exception):
+    """A container the preview needs exited or is restarting: no probe can succeed any more."""
+
+
+def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl,
+                 watch: Callable[[], str | None] | None = None) -> bool:
     """Probe at once, then every `interval` seconds, and once more when `timeout` is reached; only 200 is
-    healthy (a redirect or a 204 from a catch-all is not the app answering its health path)."""
+    healthy (a redirect or a 204 from a catch-all is not the app answering its health path).
+
+    `watch` says why the preview cannot come up (an app that exited), or None; it is asked before every
+    probe and every WATCH_SECONDS in between, and its answer ends the wait at once with AppStopped."""
     started = time.monotonic()
     attempt = 0
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False) as client:
         while True:
             control.check()
+            _look(watch, log)
             attempt += 1
             try:
                 status = client.get(url).status_code
@@ -31,4 +43,16 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
             if elapsed >= timeout:
                 return False
             # The next probe at the next multiple of `interval`, the last one exactly at `timeout`.
-            control.wait(min(interval * attempt, timeout) - elapsed)
+            next_probe = started + min(interval * attempt, timeout)
+            while (left := next_probe - time.monotonic()) > 0:
+                control.wait(min(left, WATCH_SECONDS) if watch else left)
+                control.check()  # cancelled or out of time: wait() returned early
+                if watch and next_probe - time.monotonic() > 0.05:
+                    _look(watch, log)
+
+
+def _look(watch: Callable[[], str | None] | None, log: DeploymentLog) -> None:
+    problem = watch() if watch else None
+    if problem:
+        log.note(f"health wait ended: {problem}")
+        raise AppStopped(problem)

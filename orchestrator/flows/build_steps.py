@@ -11,7 +11,7 @@ from pathlib import Path
 from orchestrator.adapters.build_commands import BuildCommandError
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.git import CloneRefused
-from orchestrator.adapters.health import wait_healthy
+from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import ProxyError
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
@@ -31,7 +31,9 @@ from orchestrator.rendering.compose_file import (
 )
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
-TAIL = 20  # lines of the app's output in a failure comment
+TAIL = 40  # lines of the app's output in a failure comment (the error line is shown above them)
+OUTPUT_LINES = 200  # of each container, into the deployment log
+OUTPUT_BYTES = 64 * 1024
 
 
 class BuildSteps:
@@ -136,14 +138,30 @@ class BuildSteps:
 
     def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                      config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
-        settings = self.c.settings
-        url = self.c.runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
+        """Probe the health path while watching the containers: an app or database that exits or restarts
+        fails the deploy at once, with its own output. Whatever happens, the containers' output of this attempt
+        goes into the deployment log."""
+        settings, runtime = self.c.settings, self.c.runtime
+        url = runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
         probing = time.monotonic()
-        healthy = wait_healthy(url, settings.health_check_interval_seconds, settings.health_check_timeout_seconds,
-                               target.log, control)
+        try:
+            healthy = wait_healthy(url, settings.health_check_interval_seconds,
+                                   settings.health_check_timeout_seconds, target.log, control,
+                                   watch=lambda: self._problem(event.deployment_id))
+        except AppStopped as exc:
+            self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
+            raise StepFailed(str(exc), self.app_output(event.deployment_id, compose_file)) from None
+        finally:
+            self.keep_output(event, target, record, compose_file)
         self.c.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
         if not healthy:
             raise StepFailed("Health check timeout", self.app_output(event.deployment_id, compose_file))
+
+    def _problem(self, deployment_id: str) -> str | None:
+        try:
+            return self.c.runtime.problem(deployment_id)
+        except RuntimeFailure:
+            return None  # the engine not answering is not the app's fault; the probes go on
 
     def app_output(self, deployment_id: str, compose_file: Path) -> str:
         try:
@@ -151,6 +169,21 @@ class BuildSteps:
         except RuntimeFailure as exc:
             return exc.detail
         return "\n".join(output.splitlines()[-TAIL:])
+
+    def keep_output(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                    compose_file: Path) -> None:
+        """The last OUTPUT_LINES lines of every container, at most OUTPUT_BYTES, secrets and the database
+        password masked."""
+        try:
+            output = self.c.runtime.logs(event.deployment_id, compose_file, None, tail=OUTPUT_LINES)
+        except RuntimeFailure as exc:
+            target.log.note(f"container output not kept: {exc.message}")
+            return
+        password = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
+                                record.exposedDbPort, self.c.password_key()).db_password
+        text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
+        target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):")
+        target.log.write(text or "(none)")
 
 
 def remove_tree(path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from orchestrator.flows.error_lines import error_line
+
 MARKER = "<!-- preview-orchestrator -->"
 
 
@@ -29,6 +31,8 @@ def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | N
         f"{MARKER}\n### ❌ Preview failed\n\n"
         f"Commit `{_short(sha)}`{after}: **{message}**\n\n"
     )
+    if (line := error_line(log_tail)) is not None:
+        text += f"```\n{line}\n```\n\n"  # the line that says what went wrong, before the tail it came from
     if log_tail.strip():
         text += f"<details><summary>Last lines of the log</summary>\n\n```\n{log_tail.strip()}\n```\n</details>\n\n"
     return text + "Push a new commit to retry, or close and reopen the pull request."

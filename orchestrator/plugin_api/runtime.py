@@ -66,8 +66,13 @@ class Runtime(Protocol):
         """Remove everything of the deployment (containers, networks, volumes, images built for it); works
         without the compose file. Returns what could not be removed, in words; empty when nothing is left."""
 
-    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
-        """The last `tail` lines `service` printed."""
+    def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
+        """The last `tail` lines `service` printed (every service's, prefixed with its name, when None)."""
+
+    def problem(self, deployment_id: str) -> str | None:
+        """Why the deployment cannot come up although it started: its app or database container exited
+        ("app exited with code 1") or is restarting ("app is restarting (exit code 1)"); None while they run.
+        Asked about once a second while the health check waits."""
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         """What carries the deployment label (`kind:id` -> deployment id): of one deployment, or of all."""

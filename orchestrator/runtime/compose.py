@@ -20,6 +20,7 @@ from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.settings import Settings
 
 NAME = "compose"
+WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
 
 
 @hookimpl(trylast=True)
@@ -78,9 +79,25 @@ class ComposeRuntime:
             return [*problems, exc.message]
         return problems + [f"{kind}s still present" for kind in ("container", "volume", "network") if kind in left]
 
-    def logs(self, deployment_id: str, compose_file: Path, service: str, tail: int) -> str:
+    def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
         with _failure("Container logs could not be read"):
             return self.compose.logs(deployment_id, compose_file, service, tail=tail)
+
+    def problem(self, deployment_id: str) -> str | None:
+        with _failure("Containers could not be inspected"):
+            states = self.docker.container_states(deployment_id)
+        for service in WATCHED:
+            state = states.get(service)
+            if state is None:
+                continue
+            code = state.get("ExitCode", 0)
+            if state.get("Status") == "restarting" or state.get("RestartCount", 0) > 0:  # a crash loop
+                return f"{service} is restarting (exit code {code})"
+            if state.get("Status") in ("exited", "dead"):
+                if state.get("OOMKilled"):
+                    return f"{service} was killed: out of memory (exit code {code})"
+                return f"{service} exited with code {code}"
+        return None
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         found: dict[str, str] = {}

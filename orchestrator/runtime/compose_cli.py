@@ -17,6 +17,7 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 from orchestrator.plugin_api.preview_config import ConfigError
 
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 __all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "DockerResources"]
 
 
@@ -63,9 +64,10 @@ class Compose:
     def stop(self, project: str, log: DeploymentLog | None) -> None:
         self._compose(project, None, ["stop"], None, log, timeout=120)
 
-    def logs(self, project: str, compose_file: Path, service: str, tail: int) -> str:
-        """The last `tail` lines a service printed (for a failure comment); not written to the log."""
-        return self._compose(project, compose_file, ["logs", "--no-color", "--tail", str(tail), service],
+    def logs(self, project: str, compose_file: Path, service: str | None, tail: int) -> str:
+        """The last `tail` lines a service (or every service) printed; not written to the log by itself."""
+        return self._compose(project, compose_file, ["logs", "--no-color", "--tail", str(tail),
+                                                     *([service] if service else [])],
                              compose_file.parent, None, timeout=60)
 
     def down(self, project: str, compose_file: Path | None, log: DeploymentLog | None) -> None:
@@ -123,6 +125,18 @@ class DockerResources:
         for ident in removed:
             self._docker(["rm", "--force", ident], timeout=120)
         return removed
+
+    def container_states(self, deployment_id: str) -> dict[str, dict[str, Any]]:
+        """compose service -> its container's State (Status, ExitCode, ...) and RestartCount."""
+        ids = self._docker(["ps", "--all", "--quiet", "--filter",
+                            f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
+        if not ids:
+            return {}
+        states: dict[str, dict[str, Any]] = {}
+        for item in json.loads(self._docker(["container", "inspect", *ids])):
+            service = (item.get("Config", {}).get("Labels") or {}).get(COMPOSE_SERVICE_LABEL, item.get("Name", ""))
+            states[str(service)] = {**(item.get("State") or {}), "RestartCount": item.get("RestartCount", 0)}
+        return states
 
     def image_command(self, image: str) -> tuple[list[str] | None, list[str] | None]:
         """The ENTRYPOINT and CMD of a local image; CommandFailed when it is not on the engine."""
