@@ -91,8 +91,10 @@ class ComposeRuntime:
             if state is None:
                 continue
             code = state.get("ExitCode", 0)
-            if state.get("Status") == "restarting" or state.get("RestartCount", 0) > 0:  # a crash loop
+            if state.get("Status") == "restarting":  # a crash loop, between two runs
                 return f"{service} is restarting (exit code {code})"
+            if (restarts := state.get("RestartCount", 0)) > 0:  # a crash loop, running again for a moment
+                return f"{service} is restarting (restarted {restarts} time{'s' if restarts > 1 else ''})"
             if state.get("Status") in ("exited", "dead"):
                 if state.get("OOMKilled"):
                     return f"{service} was killed: out of memory (exit code {code})"
