@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.common.secret_files import read_or_create
@@ -132,6 +132,13 @@ class Settings(PluginSettings):
     preview_label: str = Field(default="", max_length=50)
     # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
     runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    # RUNTIME=swarm (docs/scaling.md): the registry every node pulls from (`host[:port][/namespace]`), the scheme
+    # of its HTTP API (tag deletion), and the Docker engines of the nodes (`hostname=docker-host,...`): only a
+    # node's own engine removes its volumes and the images it pulled.
+    swarm_registry: str = Field(default="", validate_default=True, max_length=200,
+                                pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
+    swarm_registry_scheme: Literal["https", "http"] = "https"
+    swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
@@ -147,6 +154,29 @@ class Settings(PluginSettings):
             if protocol not in ("https", "http", "ssh", "git", "file"):
                 raise ValueError(f"{protocol!r} is not one of https, http, ssh, git, file")
         return protocols
+
+    @field_validator("swarm_registry")
+    @classmethod
+    def _registry_for_swarm(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("runtime") == "swarm" and not value:
+            raise ValueError("must be set when RUNTIME=swarm (host:port of a registry every node can pull from)")
+        return value
+
+    @field_validator("swarm_node_engines", mode="before")
+    @classmethod
+    def _engines(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return value
+        engines: dict[str, str] = {}
+        for pair in str(value or "").split(","):
+            node, sep, host = pair.strip().partition("=")
+            if not pair.strip():
+                continue
+            if not sep or not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$", node) or not re.match(
+                    r"^(unix|tcp|ssh)://\S+$", host):
+                raise ValueError(f"entry {pair.strip()[:80]!r} is not of the form hostname=unix://|tcp://|ssh://...")
+            engines[node] = host
+        return engines
 
     @field_validator("proxy_test_command", "proxy_reload_command")
     @classmethod

@@ -207,7 +207,7 @@ def test_startup_asks_the_runtime_what_it_owns_and_removes_what_has_no_record(
 def test_an_unknown_runtime_names_the_ones_there_are(make_settings: SettingsFactory) -> None:
     settings = make_settings(runtime="kubernetes")
     with pytest.raises(PluginError, match=r"RUNTIME 'kubernetes' is not provided by any plugin \(available: "
-                                          r"compose\)"):
+                                          r"compose, swarm\)"):
         DeployEngine(settings, plugins=build_plugin_host(load_entry_points=False))
 
 

@@ -10,7 +10,7 @@ from orchestrator.adapters.host_env import HostEnv
 
 LOCATION_TEMPLATE = """# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.
 location /{slug}/pr-{pr}/ {{
-    proxy_pass http://127.0.0.1:{port}/;
+    proxy_pass http://{host}:{port}/;
     proxy_http_version 1.1;
     proxy_set_header Host $host;
     proxy_set_header X-Real-IP $remote_addr;
@@ -39,18 +39,19 @@ class Proxy:
     def path(self, slug: str, pr: int) -> Path:
         return self.config_dir / f"{slug}-pr-{pr}.conf"
 
-    def route(self, slug: str, pr: int, deployment_id: str, port: int) -> str:
-        return LOCATION_TEMPLATE.format(slug=slug, pr=pr, deployment_id=deployment_id, port=port)
+    def route(self, slug: str, pr: int, deployment_id: str, port: int, host: str = "127.0.0.1") -> str:
+        return LOCATION_TEMPLATE.format(slug=slug, pr=pr, deployment_id=deployment_id, port=port, host=host)
 
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
-                served: bool = False) -> None:
+                served: bool = False, host: str = "127.0.0.1") -> None:
         """Write the route, test the whole config, reload; restore the previous file if the test fails.
 
         `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
-        the route is then unchanged and nginx is left alone: a reload would only drop its open connections."""
+        the route is then unchanged and nginx is left alone: a reload would only drop its open connections.
+        `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`)."""
         path = self.path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
-        wanted = self.route(slug, pr, deployment_id, port)
+        wanted = self.route(slug, pr, deployment_id, port, host)
         if served and previous == wanted.encode():
             if log:
                 log.note("nginx route unchanged; not reloaded")

@@ -18,7 +18,7 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import RuntimeFailure, app_address
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -56,8 +56,11 @@ class BuildSteps:
             raise StepFailed(exc.message, exc.detail) from None
         self.wait_healthy(event, target, record, config, compose_file, control)
         try:
-            self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
-                                 served=route_served)
+            host, port = app_address(runtime, event.deployment_id, record.exposedAppPort)
+            self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
+                                 served=route_served, host=host)
+        except RuntimeFailure as exc:
+            raise StepFailed(exc.message, exc.detail) from None
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
 

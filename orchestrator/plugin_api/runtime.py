@@ -7,6 +7,10 @@ and `po_runtime` hooks, and the operator picks it with the RUNTIME setting.
 
 A runtime raises RuntimeFailure for a step that failed (the flows turn it into the spec's failure message and
 show `detail` in the pull-request comment); it never raises for "nothing to do".
+
+Optional: a runtime whose app does not answer on this host (a swarm node) also has
+`app_address(deployment_id, app_port) -> (host, port)`, where nginx on this host must proxy the preview; a runtime
+without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see `app_address` below).
 """
 
 from __future__ import annotations
@@ -86,3 +90,17 @@ class Runtime(Protocol):
     def remove_leftovers(self, owner_marker: str) -> None:
         """Start-up: remove what an earlier run of this service (`owner_marker`) left running for itself
         (build-command containers)."""
+
+
+LOCAL_APP_HOST = "127.0.0.1"
+
+
+def app_address(runtime: Runtime, deployment_id: str, app_port: int) -> tuple[str, int]:
+    """Where nginx must proxy the preview's app: the runtime's own `app_address` when it has one, else this
+    host's loopback and the preview's port. Kept out of the Runtime protocol so that runtimes written before it
+    still satisfy the protocol unchanged."""
+    method = getattr(runtime, "app_address", None)
+    if method is None:
+        return LOCAL_APP_HOST, app_port
+    host, port = method(deployment_id, app_port)
+    return str(host), int(port)

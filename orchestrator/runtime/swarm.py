@@ -1,0 +1,327 @@
+"""The `swarm` runtime: a preview is a stack (stack name = deployment id) on a Docker Swarm.
+
+The service runs on a manager and uses its Docker engine. A deploy builds with `docker compose build` there,
+pushes every image of the preview to SWARM_REGISTRY (`{registry}/{deployment}/{service}:{image id}`: a tag per
+content, so a push that changes nothing of the database does not restart it), turns the compose file into a
+stack file (swarm_stack.py) and runs `docker stack deploy`.
+
+A preview lives on one node, chosen at its first deploy (the ready worker with the fewest previews) and kept on
+its services (a placement constraint and the label NODE_LABEL): the database's volume is on that node, and the
+app's host-mode port answers at that node's address, which is where nginx proxies (`app_address`). A preview
+whose node is gone moves to another node on its next deploy, with an empty database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.plugin_api import ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.rendering.compose_document import dump_compose
+from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode, Task
+from orchestrator.runtime.swarm_registry import Registry, RegistryError
+from orchestrator.runtime.swarm_removal import remove_deployment
+from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
+from orchestrator.settings import Settings
+
+NAME = "swarm"
+WATCHED = ("app", "db")
+STACK_FILE = "stack.preview.yml"  # beside the compose file, in the (private) work directory
+WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
+STUCK_SECONDS = 15.0  # a task pending with a scheduler error this long will not be placed
+FAILED_STATES = ("failed", "rejected")
+PENDING = " (pending)"  # ends the problem of a task the scheduler cannot place (yet)
+
+
+@hookimpl(trylast=True)
+def po_runtimes() -> list[RuntimeSpec]:
+    return [RuntimeSpec(name=NAME, description="docker stack deploy on a Docker Swarm (one stack per preview, "
+                                               "images through SWARM_REGISTRY)")]
+
+
+@hookimpl(trylast=True)
+def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
+    if name != NAME:
+        return None
+    return SwarmRuntime(Registry(settings.swarm_registry, settings.swarm_registry_scheme),
+                        settings.swarm_node_engines, settings.compose_timeout_seconds,
+                        HostEnv.for_state_dir(settings.state_dir))
+
+
+class SwarmRuntime:
+    name = NAME
+
+    def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv) -> None:
+        self.registry = registry
+        self.compose = Compose(timeout, env)
+        self.docker = DockerResources(env)
+        self.cli = SwarmCli(env, node_engines, timeout)
+        self._images: dict[str, dict[str, str]] = {}  # deployment -> service -> pushed reference (build -> start)
+        self._baseline: dict[str, set[str]] = {}  # task ids from before the last start: not this attempt's
+        self._address: dict[str, str] = {}  # deployment -> its node's address
+        self._started: dict[str, float] = {}  # deployment -> when its last start began (monotonic)
+
+    def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
+        return self.compose.normalized(compose_file, deployment_id)
+
+    def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("Docker build failed"):
+            self.compose.build(deployment_id, compose_file, log, control)
+        with _failure("Images could not be pushed to SWARM_REGISTRY"):
+            self._images[deployment_id] = self._push(deployment_id, compose_file, log, control)
+
+    def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
+                      control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
+        with _failure("The app image's entrypoint could not be read"):
+            try:
+                return self.docker.image_command(image)
+            except CommandFailed:  # an `image:` the build did not make: pulled on the manager
+                self.compose.pull(deployment_id, compose_file, service, log, control)
+                return self.docker.image_command(image)
+
+    def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("Containers failed to start"):
+            document = self.compose.normalized(compose_file, deployment_id)
+            images = self._images.pop(deployment_id, None) or self._push(deployment_id, compose_file, log, control)
+            node, former = self._place(deployment_id, log)
+            try:
+                plan = plan_stack(document, deployment_id, images, node.id, former)
+            except StackRefused as exc:
+                raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
+            for note in plan.notes:
+                log.note(note)
+            log.note(f"the preview runs on node {node.hostname} ({node.address})")
+            self._baseline[deployment_id] = {task.id for task in self.cli.tasks(deployment_id)}
+            self._started[deployment_id] = time.monotonic()
+            self._address[deployment_id] = node.address
+            self._deploy(deployment_id, plan, compose_file.parent / STACK_FILE, log, control)
+
+    def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
+        """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
+        with _failure("Containers could not be stopped"):
+            services = self.cli.services(f"{STACK_LABEL}={deployment_id}")
+            self.cli.scale_to_zero([service["Spec"]["Name"] for service in services], log)
+
+    def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        self._images.pop(deployment_id, None)
+        self._baseline.pop(deployment_id, None)
+        self._address.pop(deployment_id, None)
+        self._started.pop(deployment_id, None)
+        return remove_deployment(self.cli, self.registry, deployment_id)
+
+    def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
+        with _failure("Container logs could not be read"):
+            names = [service] if service else sorted(
+                s["Spec"]["Name"].removeprefix(f"{deployment_id}_")
+                for s in self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+            parts = []
+            for name in names:
+                output = self.cli.service_logs(f"{deployment_id}_{name}", tail)
+                parts += [f"{name}  | {line}" for line in output.splitlines()[-tail:]]
+            return "\n".join(parts) + ("\n" if parts else "")
+
+    def problem(self, deployment_id: str) -> str | None:
+        with _failure("Swarm tasks could not be listed"):
+            tasks = self.cli.tasks(deployment_id)
+            baseline = self._baseline.get(deployment_id, set())
+            patient = time.monotonic() - self._started.get(deployment_id, 0.0) < STUCK_SECONDS
+            for service in WATCHED:
+                found = _task_problem(service, tasks, baseline)
+                if found is not None and not (patient and found.endswith(PENDING)):
+                    return found
+            if all(task.state == "running" for task in tasks if task.desired == "running"):
+                return None
+            return self._node_problem(deployment_id)
+
+    def owned(self, deployment_id: str | None = None) -> dict[str, str]:
+        label = DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}"
+        found: dict[str, str] = {}
+        with _failure("Swarm resources could not be listed"):
+            for service in self.cli.services(label):
+                found[f"service:{service['Spec']['Name']}"] = service["Spec"]["Labels"].get(DEPLOYMENT_LABEL, "")
+            found.update({f"network:{name}": owner for name, owner in self.cli.networks(label).items()})
+            manager = self.cli.swarm_info().get("Name", "")
+            for node in self.cli.nodes():
+                engine = self.cli.engine(node.hostname, manager)
+                if engine is None or node.state != "ready":
+                    continue
+                found.update({f"volume:{node.hostname}/{name}": owner
+                              for name, owner in self.cli.node_volumes(engine, label).items()})
+        try:
+            for repository, tags in self.registry.tags(deployment_id).items():
+                owner = Registry.owner(repository, self.registry.namespace)
+                found.update({f"image:{repository}:{tag}": owner for tag in tags})
+        except RegistryError as exc:
+            raise RuntimeFailure("The registry's tags could not be listed", str(exc)) from None
+        return found
+
+    def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
+        host, port = self.app_address(deployment_id, app_port)
+        return f"http://{host}:{port}{path}"
+
+    def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
+        """The app's port is published in host mode: it answers at its node's address only."""
+        if deployment_id not in self._address:
+            with _failure("The preview's node could not be found"):
+                pinned = self._pinned(deployment_id)[0]
+                address = next((node.address for node in self.cli.nodes() if node.id == pinned), "")
+            if not address:
+                raise RuntimeFailure("The preview's node could not be found", f"{deployment_id} has no stack")
+            self._address[deployment_id] = address
+        return self._address[deployment_id], app_port
+
+    def ports_in_use(self) -> set[int]:
+        with _failure("Published ports could not be listed"):
+            return self.cli.published_ports()
+
+    def remove_leftovers(self, owner_marker: str) -> None:
+        with _failure("Containers of the previous run could not be removed"):
+            self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
+
+    # Helpers ------------------------------------------------------------------------------------------------
+
+    def _push(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+              control: FlowControl) -> dict[str, str]:
+        """Every image of the preview into the registry (built ones, and the `image:` ones too: the nodes
+        need nothing but SWARM_REGISTRY)."""
+        document = self.compose.normalized(compose_file, deployment_id)
+        images: dict[str, str] = {}
+        for name, service in (document.get("services") or {}).items():
+            local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
+            ident = self._image_id(local)
+            if ident is None:
+                self.compose.pull(deployment_id, compose_file, name, log, control)
+                ident = self._image_id(local) or ""
+            reference = self.registry.reference(deployment_id, name, ident.removeprefix("sha256:")[:12])
+            self.cli.docker(["tag", local, reference], log=log)
+            self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
+            images[name] = reference
+        return images
+
+    def _image_id(self, image: str) -> str | None:
+        try:
+            return self.cli.docker(["image", "inspect", "--format", "{{.Id}}", image], timeout=30).strip()
+        except CommandFailed:
+            return None
+
+    def _pinned(self, deployment_id: str) -> tuple[str | None, list[str]]:
+        """The node the stack's services are pinned to, and the nodes it was pinned to before."""
+        for service in self.cli.services(f"{STACK_LABEL}={deployment_id}"):
+            labels = service["Spec"].get("Labels") or {}
+            if labels.get(NODE_LABEL):
+                return labels[NODE_LABEL], [n for n in labels.get(FORMER_LABEL, "").split(",") if n]
+        return None, []
+
+    def _place(self, deployment_id: str, log: DeploymentLog) -> tuple[SwarmNode, list[str]]:
+        nodes = {node.id: node for node in self.cli.nodes()}
+        pinned, former = self._pinned(deployment_id)
+        if pinned is not None:
+            node = nodes.get(pinned)
+            if node is not None and node.usable:
+                return node, former
+            where = f"{node.hostname} is {node.state}" if node else f"{pinned} left the swarm"
+            log.note(f"the node this preview ran on ({where}): it moves to another node; its database starts empty")
+            former = [*former, pinned]
+        usable = [node for node in nodes.values() if node.usable]
+        if not usable:
+            raise RuntimeFailure("No swarm node is ready to run the preview", "docker node ls: no node is Ready "
+                                 "and Active")
+        load: dict[str, set[str]] = {}
+        for service in self.cli.services(NODE_LABEL):
+            labels = service["Spec"].get("Labels") or {}
+            load.setdefault(labels.get(NODE_LABEL, ""), set()).add(labels.get(STACK_LABEL, ""))
+        candidates = [node for node in usable if not node.manager] or usable  # managers only when alone
+        return min(candidates, key=lambda n: (len(load.get(n.id, ())), n.hostname)), former
+
+    def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
+                control: FlowControl) -> None:
+        """One `docker stack deploy` per wave; the last one has every service and prunes the ones the compose
+        file no longer has."""
+        for index, wave in enumerate(plan.waves):
+            last = index == len(plan.waves) - 1
+            stack_file.write_text(dump_compose(plan.document if last else plan.subset(index)), encoding="utf-8")
+            stack_file.chmod(0o600)  # it holds the database password, like the compose file
+            self.cli.deploy(deployment_id, stack_file, log, control, prune=last)
+            awaited = [name for name in wave if name in plan.awaited]
+            if not last and awaited:
+                log.note(f"waiting for {', '.join(awaited)} before starting what depends on them")
+                self._await(deployment_id, {name: plan.awaited[name] for name in awaited}, control)
+
+    def _await(self, deployment_id: str, wanted: dict[str, str], control: FlowControl) -> None:
+        """Until each service runs (healthy, when it has a health check) or has completed, as its dependents
+        ask; a failed or unplaceable task fails the start, as compose fails `up` for a dependency."""
+        started = time.monotonic()
+        baseline = self._baseline.get(deployment_id, set())
+        while True:
+            tasks = self.cli.tasks(deployment_id)
+            waiting = []
+            for name, state in wanted.items():
+                mine = [task for task in tasks if task.service == name]
+                if any(task.state == state and (state == "complete" or task.desired == "running") for task in mine):
+                    continue
+                problem = _task_problem(name, tasks, baseline)
+                if problem is not None and (not problem.endswith(PENDING) or
+                                            time.monotonic() - started > STUCK_SECONDS):
+                    raise RuntimeFailure("Containers failed to start", f"dependency failed to start: {problem}")
+                waiting.append(name)
+            if not waiting:
+                return
+            if time.monotonic() - started > WAVE_TIMEOUT:
+                raise RuntimeFailure("Containers failed to start", f"{', '.join(waiting)} not up after "
+                                     f"{WAVE_TIMEOUT:.0f} s (is the health check passing?)")
+            control.check()
+            control.wait(1.0)
+
+    def _node_problem(self, deployment_id: str) -> str | None:
+        pinned = self._pinned(deployment_id)[0]
+        node = next((node for node in self.cli.nodes() if node.id == pinned), None)
+        if pinned is not None and node is None:
+            return "the swarm node of this preview left the swarm; push a commit to redeploy it on another node"
+        if node is not None and node.state != "ready":
+            return (f"the swarm node {node.hostname} of this preview is {node.state} (it left the swarm or its "
+                    "engine stopped); push a commit to redeploy it on another node")
+        return None
+
+
+def _task_problem(service: str, tasks: list[Task], baseline: set[str]) -> str | None:
+    """Why `service` is not running, from its tasks of this attempt (those not in `baseline`)."""
+    mine = [task for task in tasks if task.service == service]
+    failed = [task for task in mine if task.id not in baseline and task.state in FAILED_STATES]
+    current = [task for task in mine if task.desired in ("running", "ready")]
+    if failed:
+        last = failed[0]
+        code = last.exit_code
+        if current:
+            return f"{service} is restarting (exit code {code})" if code is not None else \
+                f"{service} is restarting ({last.error})"
+        if last.state == "rejected" or code is None:
+            return f"{service} could not start on {last.node or 'any node'}: {last.error or last.state}"
+        return f"{service} exited with code {code}"
+    done = [task for task in mine if task.id not in baseline and task.state == "complete"]
+    if done and not current:
+        return f"{service} exited with code 0"
+    pending = [task for task in current if task.state == "pending" and task.error]
+    if pending:
+        return f"{service} cannot be placed: {pending[0].error}{PENDING}"
+    return None
+
+
+@contextmanager
+def _failure(message: str) -> Iterator[None]:
+    """A failed command (or a compose file compose cannot read) becomes the runtime's RuntimeFailure."""
+    try:
+        yield
+    except CommandFailed as exc:
+        raise RuntimeFailure(message, exc.tail()) from None
+    except ConfigError as exc:
+        raise RuntimeFailure(message, "; ".join(exc.problems)) from None
+    except OSError as exc:
+        raise RuntimeFailure(message, str(exc)) from None
