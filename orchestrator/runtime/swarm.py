@@ -73,6 +73,8 @@ class SwarmRuntime:
         return self.compose.normalized(compose_file, deployment_id)
 
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("docker compose could not read the compose file"):  # refused before anything is built
+            self._plan(deployment_id, self.compose.normalized(compose_file, deployment_id), None, "-", [])
         with _failure("Docker build failed"):
             self.compose.build(deployment_id, compose_file, log, control)
         with _failure("Images could not be pushed to SWARM_REGISTRY"):
@@ -92,10 +94,7 @@ class SwarmRuntime:
             document = self.compose.normalized(compose_file, deployment_id)
             images = self._images.pop(deployment_id, None) or self._push(deployment_id, compose_file, log, control)
             node, former = self._place(deployment_id, log)
-            try:
-                plan = plan_stack(document, deployment_id, images, node.id, former)
-            except StackRefused as exc:
-                raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
+            plan = self._plan(deployment_id, document, images, node.id, former)
             for note in plan.notes:
                 log.note(note)
             log.note(f"the preview runs on node {node.hostname} ({node.address})")
@@ -205,6 +204,17 @@ class SwarmRuntime:
             self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
             images[name] = reference
         return images
+
+    @staticmethod
+    def _plan(deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
+              former: list[str]) -> StackPlan:
+        """The stack file; `images` None: only whether the swarm can run the file at all."""
+        if images is None:
+            images = {str(name): "-" for name in document.get("services") or {}}
+        try:
+            return plan_stack(document, deployment_id, images, node_id, former)
+        except StackRefused as exc:
+            raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
 
     def _image_id(self, image: str) -> str | None:
         try:
