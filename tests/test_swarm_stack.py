@@ -160,6 +160,10 @@ def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:
     assert registry.reference(DEP, "app", "abc") == f"reg.example:5000/previews/{DEP}/app:abc"
     assert registry.repository_prefix(DEP) == f"reg.example:5000/previews/{DEP}/"
     assert Registry.owner(f"previews/{DEP}/db", registry.namespace) == DEP
+    # What a preview does not build is shared, under a name no deployment id can have (they end with a number).
+    assert registry.mirror_reference("postgres:16", "b973") == "reg.example:5000/previews/mirror/postgres:b973"
+    assert registry.mirror_reference("localhost:5000/team/db:2@sha256:ab", "c1") == \
+        "reg.example:5000/previews/mirror/localhost-5000/team/db:c1"
 
 
 def test_swarm_settings(make_settings: SettingsFactory) -> None:

@@ -56,6 +56,10 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _free_ports(settings), lambda: _disk(settings), lambda: _allowed_repos(settings),
         lambda: _codehost(settings),
     ]
+    if settings.runtime == "swarm":
+        from orchestrator.cli.doctor_swarm import swarm_probes  # it builds on Check, defined here
+
+        probes += swarm_probes(settings, env)
     with ThreadPoolExecutor(max_workers=len(probes)) as pool:
         return list(pool.map(_safely, probes))
 

@@ -1,9 +1,10 @@
 """The `swarm` runtime: a preview is a stack (stack name = deployment id) on a Docker Swarm.
 
 The service runs on a manager and uses its Docker engine. A deploy builds with `docker compose build` there,
-pushes every image of the preview to SWARM_REGISTRY (`{registry}/{deployment}/{service}:{image id}`: a tag per
-content, so a push that changes nothing of the database does not restart it), turns the compose file into a
-stack file (swarm_stack.py) and runs `docker stack deploy`.
+pushes every image of the preview to SWARM_REGISTRY (built ones as `{registry}/{deployment}/{service}:{image id}`,
+a tag per content, so a push that changes nothing of a service does not restart it; the others into a shared
+mirror, swarm_registry.py), turns the compose file into a stack file (swarm_stack.py) and runs `docker stack
+deploy`.
 
 A preview lives on one node, chosen at its first deploy (the ready worker with the fewest previews) and kept on
 its services (a placement constraint and the label NODE_LABEL): the database's volume is on that node, and the
@@ -189,17 +190,20 @@ class SwarmRuntime:
 
     def _push(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
               control: FlowControl) -> dict[str, str]:
-        """Every image of the preview into the registry (built ones, and the `image:` ones too: the nodes
-        need nothing but SWARM_REGISTRY)."""
+        """Every image of the preview into the registry: the built ones under the deployment, the `image:` ones
+        into the shared mirror (the nodes need nothing but SWARM_REGISTRY)."""
         document = self.compose.normalized(compose_file, deployment_id)
         images: dict[str, str] = {}
         for name, service in (document.get("services") or {}).items():
+            built = service.get("build") is not None
             local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
             ident = self._image_id(local)
             if ident is None:
                 self.compose.pull(deployment_id, compose_file, name, log, control)
                 ident = self._image_id(local) or ""
-            reference = self.registry.reference(deployment_id, name, ident.removeprefix("sha256:")[:12])
+            tag = ident.removeprefix("sha256:")[:12]
+            reference = (self.registry.reference(deployment_id, name, tag) if built
+                         else self.registry.mirror_reference(local, tag))
             self.cli.docker(["tag", local, reference], log=log)
             self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
             images[name] = reference
@@ -288,7 +292,7 @@ class SwarmRuntime:
                 raise RuntimeFailure("Containers failed to start", f"{', '.join(waiting)} not up after "
                                      f"{WAVE_TIMEOUT:.0f} s (is the health check passing?)")
             control.check()
-            control.wait(1.0)
+            control.wait(0.5)
 
     def _node_problem(self, deployment_id: str) -> str | None:
         pinned = self._pinned(deployment_id)[0]

@@ -2,7 +2,9 @@
 repositories and tags a deployment has there, and deleting them.
 
 Repositories are `{namespace}{deployment}/{service}`: the deployment is a whole path component, so one
-deployment's tags are never mistaken for another's (`acme-api-3` against `acme-api-3-x-5`). A tag is deleted
+deployment's tags are never mistaken for another's (`acme-api-3` against `acme-api-3-x-5`). Images a preview
+does not build (a database's `image:`) are copied once into `{namespace}mirror/{name}:{image id}`, shared by every
+preview and kept, as a pulled image stays on a single host after `docker compose down --rmi local`. A tag is deleted
 by its manifest digest (`DELETE /v2/REPO/manifests/DIGEST`, which needs `storage.delete.enabled` in the
 registry's configuration); the registry frees the space on its next `garbage-collect`, and keeps listing the
 empty repository in its catalogue.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import httpx
 
+MIRROR = "mirror"  # never a deployment id: those end with the pull request's number
 MANIFEST_TYPES = ", ".join((
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -35,6 +38,13 @@ class Registry:
     def reference(self, deployment_id: str, service: str, tag: str) -> str:
         return f"{self.address}/{deployment_id}/{service}:{tag}"
 
+    def mirror_reference(self, image: str, tag: str) -> str:
+        """Where an image the preview does not build is copied: `postgres:16` -> `{registry}/mirror/postgres`."""
+        name = image.split("@", 1)[0]
+        head, _, last = name.rpartition("/")
+        name = f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+        return f"{self.address}/{MIRROR}/{name.replace(':', '-').lower()}:{tag}"
+
     def repository_prefix(self, deployment_id: str) -> str:
         """How the references of one deployment start, on an engine (`docker images`)."""
         return f"{self.address}/{deployment_id}/"
@@ -52,7 +62,7 @@ class Registry:
         found: dict[str, list[str]] = {}
         for repository in self._catalog():
             rest = repository.removeprefix(self.namespace)
-            if not repository.startswith(self.namespace) or rest.count("/") != 1:
+            if not repository.startswith(self.namespace) or rest.count("/") != 1 or rest.startswith(f"{MIRROR}/"):
                 continue
             if deployment_id is not None and rest.split("/", 1)[0] != deployment_id:
                 continue
