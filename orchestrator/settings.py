@@ -143,6 +143,8 @@ class Settings(PluginSettings):
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
+    # How often running previews are checked with the runtime for a loss it can see (a swarm node that left).
+    runtime_watch_interval_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("allowed_clone_protocols", mode="before")
     @classmethod

@@ -9,6 +9,8 @@ only through nginx on 127.0.0.1 and the nodes' own addresses on the test's bridg
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -44,7 +46,8 @@ def stack(cluster: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     engines = ",".join(f"{node.name}={node.host}" for node in cluster.workers)
     running = start_stack(tmp_path_factory.mktemp("swarm-e2e"), RUNTIME="swarm", DOCKER_HOST=cluster.manager.host,
                           SWARM_REGISTRY=cluster.registry, SWARM_REGISTRY_SCHEME="http",
-                          SWARM_NODE_ENGINES=engines, HEALTH_CHECK_TIMEOUT_SECONDS="60")
+                          SWARM_NODE_ENGINES=engines, HEALTH_CHECK_TIMEOUT_SECONDS="60",
+                          RUNTIME_WATCH_INTERVAL_SECONDS="2")
     yield running
     stop_stack(running)
 
@@ -130,3 +133,69 @@ def test_what_a_swarm_cannot_honour_is_refused_with_the_reason(cluster: SwarmClu
     assert "bind mount of message.txt cannot be honoured on a Docker Swarm" in comment
     stack.close(3, repo, repo.sha_a)
     wait_until(lambda: not left_behind(cluster, f"{SLUG}-3"), timeout=60, message="nothing of the refused preview")
+
+
+def test_doctor_reports_the_swarm(cluster: SwarmCluster, stack: Stack) -> None:
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "doctor"], cwd=stack.root,
+                            env=stack.service.env, capture_output=True, text=True, timeout=120)
+    report = result.stdout
+    assert "✓ this Docker engine is a swarm manager (RUNTIME=swarm): manager: 1 manager(s), 3 node(s)" in report
+    assert "✓ swarm nodes ready: 3 of 3 ready and active (2 workers)" in report
+    assert f"✓ registry {cluster.registry} answers (SWARM_REGISTRY): v2 API" in report
+    assert "✓ the nodes' own engines answer (SWARM_NODE_ENGINES): 2 configured" in report
+
+
+def test_a_worker_that_stops_fails_its_preview_and_the_others_keep_serving(cluster: SwarmCluster,
+                                                                          stack: Stack) -> None:
+    repos = {pr: make_pr_repo(stack.root / "repos", "python", f"feature/swarm-node-{pr}",
+                              config=config_for("python", "postgres")) for pr in (4, 5)}
+    for pr, repo in repos.items():
+        stack.send("opened", pr, repo, repo.sha_a)
+        stack.wait_for(pr, "running", repo.sha_a)
+        stack.wait_page(pr, "python says: commit A\n")
+    kept, lost = placement(cluster, f"{SLUG}-4")["app"], placement(cluster, f"{SLUG}-5")["app"]
+    assert kept != lost
+
+    cluster.stop_node(cluster.node(lost))
+    record = stack.wait_for(5, "failed")
+    assert record["error"] == (f"The preview's swarm node {lost} is down (it left the swarm or its engine "
+                               "stopped); push a commit to deploy it on another node")
+    stack.wait_comment(5, "Preview failed", f"swarm node {lost} is down")
+    assert stack.page(4).text == "python says: commit A\n"  # the other node's preview keeps serving
+
+    stack.send("synchronize", 5, repos[5], repos[5].sha_b)  # the next push moves it to a node that is up
+    stack.wait_for(5, "running", repos[5].sha_b)
+    stack.wait_page(5, "python says: commit B\n")
+    assert placement(cluster, f"{SLUG}-5")["app"] == kept
+    assert "it moves to another node; its database starts empty" in stack.logs(5)
+
+    stack.send("closed", 5, repos[5], repos[5].sha_b)  # its volume on the stopped node cannot go yet: said so
+    record = stack.wait_for(5, "failed")
+    assert f"node {lost}: the preview's volumes stay there (the node is down)" in record["error"]
+    cluster.restart_node(cluster.node(lost))
+    stack.close(5, repos[5], repos[5].sha_b)  # the node is back: everything goes
+    stack.close(4, repos[4], repos[4].sha_a)
+    for pr in (4, 5):
+        wait_until(lambda pr=pr: not left_behind(cluster, f"{SLUG}-{pr}"), timeout=60,
+                   message=f"nothing of {SLUG}-{pr} left on the swarm")
+
+
+def test_a_restart_of_the_service_mid_deploy_is_reconciled(cluster: SwarmCluster, stack: Stack) -> None:
+    """Killed while its stack deploys: the event is still in the inbox, so the restarted service deploys it again,
+    onto the stack it had begun (same node, one stack); nothing is left after the close."""
+    pr = 6
+    repo = make_pr_repo(stack.root / "repos", "python", "feature/swarm-restart", config=config_for("python"))
+    log = stack.root / "deployments" / SLUG / f"pr-{pr}.log"
+    stack.send("opened", pr, repo, repo.sha_a)
+    wait_until(lambda: log.exists() and "waiting for db" in log.read_text(), timeout=300,
+               message="the stack's first wave deployed")
+    stack.service.kill9()
+    first = placement(cluster, f"{SLUG}-{pr}")
+    stack.service.start()
+    stack.wait_for(pr, "running", repo.sha_a)
+    stack.wait_page(pr, "python says: commit A\n")
+    assert placement(cluster, f"{SLUG}-{pr}")["db"] == first["db"]
+    services = cluster.manager.docker("service", "ls", "--format", "{{.Name}}").split()
+    assert sorted(services) == [f"{SLUG}-{pr}_app", f"{SLUG}-{pr}_db"]
+    stack.close(pr, repo, repo.sha_a)
+    wait_until(lambda: not left_behind(cluster, f"{SLUG}-{pr}"), timeout=60, message="nothing left")

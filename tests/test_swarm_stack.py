@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from orchestrator.plugin_api import app_address
-from orchestrator.runtime.swarm import _task_problem
 from orchestrator.runtime.swarm_cli import Task
 from orchestrator.runtime.swarm_registry import Registry
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
+from orchestrator.runtime.swarm_tasks import task_problem
 from orchestrator.settings import SettingsError
 from tests.conftest import SettingsFactory
 
@@ -148,11 +148,11 @@ def task(state: str, desired: str = "shutdown", error: str = "", ident: str = "t
     ([task("complete")], "app exited with code 0"),
 ])
 def test_task_states_are_read_as_the_apps_problem(tasks: list[Task], problem: str | None) -> None:
-    assert _task_problem("app", tasks, set()) == problem
+    assert task_problem("app", tasks, set()) == problem
 
 
 def test_a_failed_task_of_an_earlier_attempt_is_not_this_attempts_problem() -> None:
-    assert _task_problem("app", [task("failed", error="task: non-zero exit (3)")], {"t1"}) is None
+    assert task_problem("app", [task("failed", error="task: non-zero exit (3)")], {"t1"}) is None
 
 
 def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:

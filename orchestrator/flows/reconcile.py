@@ -11,9 +11,9 @@ from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ProxyError
 from orchestrator.flows import comments
 from orchestrator.flows.context import FlowContext
-from orchestrator.flows.records import set_fields
+from orchestrator.flows.records import mark_lost, set_fields
 from orchestrator.flows.reporting import Reporter
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import RuntimeFailure, lost_previews
 from orchestrator.state.records import DeploymentRecord, StoreFile, event_for_record
 
 log = logging.getLogger("orchestrator.flows.reconcile")
@@ -47,6 +47,24 @@ class Reconciler:
             return []
         cutoff = now - timedelta(days=self.c.settings.cleanup_ttl_days)
         return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff]
+
+    def report_lost(self) -> int:
+        """Running previews the runtime knows to be gone (a swarm node that left): failed, with the reason in the
+        record, the comment and the deployment status; the next push deploys them again. Returns how many."""
+        running = [r for r in self.c.store.read().deployments.values() if r.status == "running"]
+        lost = self._quietly(lambda: lost_previews(self.c.runtime, [r.deploymentId for r in running])) or {}
+        reported = 0
+        for record in running:
+            why = lost.get(record.deploymentId)
+            if why is None or not mark_lost(self.c.store, record, why):
+                continue  # not lost, or a flow took the preview over meanwhile
+            reported += 1
+            log.warning("lost: %s", why, extra={"deploymentId": record.deploymentId})
+            event = event_for_record(record, "synchronize", f"lost-{record.deploymentId}")
+            if record.commentId is not None:
+                self.reporter.comment(event, record.commentId, comments.failed(why, record.commitSha))
+            self.reporter.status(event, record.codehostDeploymentId, "failure", why)
+        return reported
 
     def _settle_interrupted(self, record: DeploymentRecord) -> None:
         """A deploy a crash cut short: failed, and the pull request's comment and deployment say so."""

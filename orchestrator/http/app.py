@@ -12,6 +12,7 @@ import swagger_ui_bundle
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.ttl import TtlScheduler
+from orchestrator.events.watch import RuntimeWatch
 from orchestrator.flows.handler import EventHandler, load_handler
 from orchestrator.http.openapi import build_openapi
 from orchestrator.http.resources import errors
@@ -32,7 +33,8 @@ log = logging.getLogger("orchestrator")
 
 
 class Lifespan:
-    """Start-up: reconcile, start the dispatcher and the TTL scheduler; shutdown: stop both (ASGI lifespan)."""
+    """Start-up: reconcile, start the dispatcher, the TTL scheduler and the runtime watch; shutdown: stop them
+    (ASGI lifespan)."""
 
     def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
         self._dispatcher = dispatcher
@@ -40,6 +42,7 @@ class Lifespan:
         self._handler = handler
         self._settings = settings
         self._ttl: TtlScheduler | None = None
+        self._watch: RuntimeWatch | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         startup = getattr(self._handler, "startup", None)
@@ -54,10 +57,16 @@ class Lifespan:
             self._ttl = TtlScheduler(expired, self._inbox, self._dispatcher,
                                      self._settings.ttl_check_interval_seconds)
             self._ttl.start()
+        watch = getattr(self._handler, "watch", None)
+        if watch is not None:  # running previews a runtime reports lost (a swarm node that left)
+            self._watch = RuntimeWatch(watch, self._settings.runtime_watch_interval_seconds)
+            self._watch.start()
 
     async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         if self._ttl:
             await self._ttl.stop()
+        if self._watch:
+            await self._watch.stop()
         await self._dispatcher.stop()
 
 

@@ -10,7 +10,9 @@ show `detail` in the pull-request comment); it never raises for "nothing to do".
 
 Optional: a runtime whose app does not answer on this host (a swarm node) also has
 `app_address(deployment_id, app_port) -> (host, port)`, where nginx on this host must proxy the preview; a runtime
-without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see `app_address` below).
+without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see `app_address` below). Also
+optional: `lost_previews(deployment_ids) -> {deployment_id: why}`, the running previews it knows to be gone for
+good (their swarm node left); the service marks them failed (see `lost_previews` below).
 """
 
 from __future__ import annotations
@@ -104,3 +106,12 @@ def app_address(runtime: Runtime, deployment_id: str, app_port: int) -> tuple[st
         return LOCAL_APP_HOST, app_port
     host, port = method(deployment_id, app_port)
     return str(host), int(port)
+
+
+def lost_previews(runtime: Runtime, deployment_ids: list[str]) -> dict[str, str]:
+    """Running previews the runtime knows to be gone (deployment id -> why, one sentence); none when the
+    runtime cannot tell (it has no `lost_previews`)."""
+    method = getattr(runtime, "lost_previews", None)
+    if method is None or not deployment_ids:
+        return {}
+    return {str(key): str(value) for key, value in method(deployment_ids).items()}

@@ -14,6 +14,7 @@ whose node is gone moves to another node on its next deploy, with an empty datab
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,19 +28,16 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api import ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
-from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode, Task
+from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_removal import remove_deployment
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
+from orchestrator.runtime.swarm_tasks import PENDING, STUCK_SECONDS, await_services, node_lost, task_problem
 from orchestrator.settings import Settings
 
 NAME = "swarm"
 WATCHED = ("app", "db")
-STACK_FILE = "stack.preview.yml"  # beside the compose file, in the (private) work directory
-WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
-STUCK_SECONDS = 15.0  # a task pending with a scheduler error this long will not be placed
-FAILED_STATES = ("failed", "rejected")
-PENDING = " (pending)"  # ends the problem of a task the scheduler cannot place (yet)
+STACK_FILE = "stack.yml"
 
 
 @hookimpl(trylast=True)
@@ -102,7 +100,9 @@ class SwarmRuntime:
             self._baseline[deployment_id] = {task.id for task in self.cli.tasks(deployment_id)}
             self._started[deployment_id] = time.monotonic()
             self._address[deployment_id] = node.address
-            self._deploy(deployment_id, plan, compose_file.parent / STACK_FILE, log, control)
+            # Not in the checkout: a file of the pull request's must never be where the service writes.
+            with tempfile.TemporaryDirectory(prefix="po-stack-") as scratch:
+                self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
@@ -134,12 +134,27 @@ class SwarmRuntime:
             baseline = self._baseline.get(deployment_id, set())
             patient = time.monotonic() - self._started.get(deployment_id, 0.0) < STUCK_SECONDS
             for service in WATCHED:
-                found = _task_problem(service, tasks, baseline)
+                found = task_problem(service, tasks, baseline)
                 if found is not None and not (patient and found.endswith(PENDING)):
                     return found
             if all(task.state == "running" for task in tasks if task.desired == "running"):
                 return None
             return self._node_problem(deployment_id)
+
+    def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
+        """Previews whose node is down or gone: their database's volume is there, so they stay down until a
+        push moves them (Runtime's optional `lost_previews`)."""
+        with _failure("Swarm nodes could not be listed"):
+            nodes = {node.id: node for node in self.cli.nodes()}
+            pins = {}
+            for service in self.cli.services(NODE_LABEL):
+                labels = service["Spec"].get("Labels") or {}
+                pins[labels.get(STACK_LABEL, "")] = labels.get(NODE_LABEL, "")
+        lost = {}
+        for deployment_id in deployment_ids:
+            if deployment_id in pins and (why := node_lost(pins[deployment_id], nodes)) is not None:
+                lost[deployment_id] = why
+        return lost
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         label = DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}"
@@ -262,70 +277,18 @@ class SwarmRuntime:
         for index, wave in enumerate(plan.waves):
             last = index == len(plan.waves) - 1
             stack_file.write_text(dump_compose(plan.document if last else plan.subset(index)), encoding="utf-8")
-            stack_file.chmod(0o600)  # it holds the database password, like the compose file
             self.cli.deploy(deployment_id, stack_file, log, control, prune=last)
             awaited = [name for name in wave if name in plan.awaited]
             if not last and awaited:
                 log.note(f"waiting for {', '.join(awaited)} before starting what depends on them")
-                self._await(deployment_id, {name: plan.awaited[name] for name in awaited}, control)
-
-    def _await(self, deployment_id: str, wanted: dict[str, str], control: FlowControl) -> None:
-        """Until each service runs (healthy, when it has a health check) or has completed, as its dependents
-        ask; a failed or unplaceable task fails the start, as compose fails `up` for a dependency."""
-        started = time.monotonic()
-        baseline = self._baseline.get(deployment_id, set())
-        while True:
-            tasks = self.cli.tasks(deployment_id)
-            waiting = []
-            for name, state in wanted.items():
-                mine = [task for task in tasks if task.service == name]
-                if any(task.state == state and (state == "complete" or task.desired == "running") for task in mine):
-                    continue
-                problem = _task_problem(name, tasks, baseline)
-                if problem is not None and (not problem.endswith(PENDING) or
-                                            time.monotonic() - started > STUCK_SECONDS):
-                    raise RuntimeFailure("Containers failed to start", f"dependency failed to start: {problem}")
-                waiting.append(name)
-            if not waiting:
-                return
-            if time.monotonic() - started > WAVE_TIMEOUT:
-                raise RuntimeFailure("Containers failed to start", f"{', '.join(waiting)} not up after "
-                                     f"{WAVE_TIMEOUT:.0f} s (is the health check passing?)")
-            control.check()
-            control.wait(0.5)
+                await_services(self.cli, deployment_id, {name: plan.awaited[name] for name in awaited},
+                               self._baseline.get(deployment_id, set()), control)
 
     def _node_problem(self, deployment_id: str) -> str | None:
         pinned = self._pinned(deployment_id)[0]
-        node = next((node for node in self.cli.nodes() if node.id == pinned), None)
-        if pinned is not None and node is None:
-            return "the swarm node of this preview left the swarm; push a commit to redeploy it on another node"
-        if node is not None and node.state != "ready":
-            return (f"the swarm node {node.hostname} of this preview is {node.state} (it left the swarm or its "
-                    "engine stopped); push a commit to redeploy it on another node")
-        return None
-
-
-def _task_problem(service: str, tasks: list[Task], baseline: set[str]) -> str | None:
-    """Why `service` is not running, from its tasks of this attempt (those not in `baseline`)."""
-    mine = [task for task in tasks if task.service == service]
-    failed = [task for task in mine if task.id not in baseline and task.state in FAILED_STATES]
-    current = [task for task in mine if task.desired in ("running", "ready")]
-    if failed:
-        last = failed[0]
-        code = last.exit_code
-        if current:
-            return f"{service} is restarting (exit code {code})" if code is not None else \
-                f"{service} is restarting ({last.error})"
-        if last.state == "rejected" or code is None:
-            return f"{service} could not start on {last.node or 'any node'}: {last.error or last.state}"
-        return f"{service} exited with code {code}"
-    done = [task for task in mine if task.id not in baseline and task.state == "complete"]
-    if done and not current:
-        return f"{service} exited with code 0"
-    pending = [task for task in current if task.state == "pending" and task.error]
-    if pending:
-        return f"{service} cannot be placed: {pending[0].error}{PENDING}"
-    return None
+        if pinned is None:
+            return None
+        return node_lost(pinned, {node.id: node for node in self.cli.nodes()})
 
 
 @contextmanager

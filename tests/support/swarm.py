@@ -167,11 +167,14 @@ class SwarmCluster:
         uts.touch()
         # A persistent UTS namespace with the node's hostname: without it every node is called the same.
         self._do(("unshare", f"--uts={uts}", "hostname", node.name), ("umount", str(uts)))
+        self._spawn(node)
+
+    def _spawn(self, node: Node) -> None:
         exec_root = self.run_dir / node.name
         ns = f"{node.name}-{self.ident}"
         argv = [
-            "nsenter", f"--net=/run/netns/{node.netns}", f"--uts={uts}", "--",
-            "dockerd", "--config-file", str(node.data / "daemon.json"), "-H", node.host,
+            "nsenter", f"--net=/run/netns/{node.netns}", f"--uts={self.run_dir / f'{node.name}.uts'}", "--",
+            str(self._dockerd()), "--config-file", str(node.data / "daemon.json"), "-H", node.host,
             "--data-root", str(node.data / "data"), "--exec-root", str(exec_root),
             "--pidfile", str(self.run_dir / f"{node.name}.pid"),
             "--containerd-namespace", ns, "--containerd-plugins-namespace", f"{ns}-plugins",
@@ -183,12 +186,26 @@ class SwarmCluster:
         log = (node.data / "dockerd.log").open("ab")
         node.process = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
 
+    def _dockerd(self) -> Path:
+        """dockerd under another name: a test elsewhere on this machine that stops the machine's engine with
+        `pkill -x dockerd` must not stop the swarm's nodes (the process name comes from this link's name)."""
+        link = self.run_dir / "swarm-dockerd"
+        if not link.is_symlink():
+            link.symlink_to(shutil.which("dockerd") or "/usr/sbin/dockerd")
+        return link
+
+    def restart_node(self, node: Node) -> None:
+        """Start a stopped node's daemon again, with its data: it rejoins the swarm by itself."""
+        self._spawn(node)
+        self._wait_daemon(node)
+        _wait(lambda: node.name in self.ready_nodes(), 90, f"{node.name} Ready again")
+
     def _wait_daemon(self, node: Node) -> None:
         def up() -> bool:
             if node.process is not None and node.process.poll() is not None:
                 log = (node.data / "dockerd.log").read_text()[-3000:]
                 raise RuntimeError(f"dockerd of {node.name} exited:\n{log}")
-            return node.docker("version", "--format", "{{.Server.Version}}", timeout=10, check=False) != ""
+            return node.docker("version", "--format", "{{.Server.Version}}", timeout=10, check=False).strip() != ""
 
         _wait(up, 60, f"dockerd of {node.name}")
 
