@@ -174,8 +174,8 @@ class SwarmRuntime:
             for repository, tags in self.registry.tags(deployment_id).items():
                 owner = Registry.owner(repository, self.registry.namespace)
                 found.update({f"image:{repository}:{tag}": owner for tag in tags})
-        except RegistryError as exc:
-            raise RuntimeFailure("The registry's tags could not be listed", str(exc)) from None
+        except RegistryError:
+            pass  # the registry being away must not hide the stacks and volumes; its tags are found next time
         return found
 
     def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
