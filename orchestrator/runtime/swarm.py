@@ -67,6 +67,7 @@ class SwarmRuntime:
         self._baseline: dict[str, set[str]] = {}  # task ids from before the last start: not this attempt's
         self._address: dict[str, str] = {}  # deployment -> its node's address
         self._started: dict[str, float] = {}  # deployment -> when its last start began (monotonic)
+        self._placed: dict[str, str] = {}  # deployment -> node chosen by this process (deploys run in parallel)
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -115,6 +116,7 @@ class SwarmRuntime:
         self._baseline.pop(deployment_id, None)
         self._address.pop(deployment_id, None)
         self._started.pop(deployment_id, None)
+        self._placed.pop(deployment_id, None)
         return remove_deployment(self.cli, self.registry, deployment_id)
 
     def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
@@ -267,8 +269,12 @@ class SwarmRuntime:
         for service in self.cli.services(NODE_LABEL):
             labels = service["Spec"].get("Labels") or {}
             load.setdefault(labels.get(NODE_LABEL, ""), set()).add(labels.get(STACK_LABEL, ""))
+        for other, node_id in self._placed.items():  # chosen by a deploy running beside this one
+            load.setdefault(node_id, set()).add(other)
         candidates = [node for node in usable if not node.manager] or usable  # managers only when alone
-        return min(candidates, key=lambda n: (len(load.get(n.id, ())), n.hostname)), former
+        chosen = min(candidates, key=lambda n: (len(load.get(n.id, ())), n.hostname))
+        self._placed[deployment_id] = chosen.id
+        return chosen, former
 
     def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
                 control: FlowControl) -> None:
