@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommandError
@@ -17,6 +18,7 @@ from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
+from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.rendering.checkout_config import load_checkout_config
@@ -41,20 +43,47 @@ class BuildSteps:
         self.c = context
 
     def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
-            route_served: bool) -> None:
-        self.checkout(event, target, control)
-        config = self.configure(event, target)
-        self.build_commands(event, target, config, control)
-        rendered, compose_file = self.render(event, target, record, config)
+            route_served: bool) -> dict[str, float]:
+        """Every step, each timed (StageClock); returns the seconds of each stage."""
+        clock = StageClock(target.log, self.c.metrics)
+        with clock.stage("checkout"):
+            self.checkout(event, target, control)
+            config = self.configure(event, target)
+        with clock.stage("build_commands"):
+            self.build_commands(event, target, config, control)
+        with clock.stage("render"):
+            rendered, compose_file = self.render(event, target, record, config)
+        compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
+        with clock.stage("health"):
+            self.wait_healthy(event, target, record, config, compose_file, control)
+        with clock.stage("route"):
+            self.route(event, target, record, route_served)
+        return clock.seconds
+
+    def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                        compose_file: Path, control: FlowControl, clock: StageClock) -> Path:
+        """Build the images while the database and extra services start (they need no build), then start."""
         runtime = self.c.runtime
-        try:
-            runtime.build(event.deployment_id, compose_file, target.log, control)
-            if rendered.pending_startup is not None:
-                compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
-            runtime.start(event.deployment_id, compose_file, target.log, control)
-        except RuntimeFailure as exc:
-            raise StepFailed(exc.message, exc.detail) from None
-        self.wait_healthy(event, target, record, config, compose_file, control)
+        with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
+            early = pool.submit(runtime.start_dependencies, event.deployment_id, compose_file, target.log, control)
+            try:
+                with clock.stage("build"):
+                    runtime.build(event.deployment_id, compose_file, target.log, control)
+                    if rendered.pending_startup is not None:
+                        compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+            finally:
+                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
+                    target.log.note(f"early start of the dependencies failed: {failed}")
+        with clock.stage("start"):
+            try:
+                runtime.start(event.deployment_id, compose_file, target.log, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+        return compose_file
+
+    def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool) -> None:
         try:
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
                                  served=route_served)
