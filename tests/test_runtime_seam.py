@@ -174,6 +174,10 @@ def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
     record = engine.store.read().deployments["acme-api-3"]
     assert record.status == "running" and record.commitSha == repo.sha_a
     assert (tmp_path / "proxy" / "acme-api-pr-3.conf").is_file()
+    [ready] = [c["body"] for c in codehost.comments_on("acme", "api", 3)]
+    for stage in ("checkout", "build", "start", "health", "route"):  # where the time went
+        assert f"{stage} " in ready.split("<sub>")[1]
+    assert 'stage="build"' in engine.metrics.exposition().decode()
 
     runtime.calls.clear()
     engine.handle(event("synchronize", repo, repo.sha_b))
