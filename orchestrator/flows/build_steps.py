@@ -103,7 +103,7 @@ class BuildSteps:
                 remove_tree(target.git_dir)
                 target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
                 git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
-                          target.log, control, local=event.local)
+                          target.log, control, local=event.local, mirror=event.project_slug)
             for private in (target.work_dir, target.git_dir):
                 private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
         except CloneRefused as exc:
