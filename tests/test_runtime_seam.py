@@ -153,7 +153,7 @@ def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codeh
     values = {"health_check_interval_seconds": 0.2, **values}
     settings = make_settings(runtime="recording", codehost_api_url=codehost.url, proxy_test_command="true",
                              proxy_reload_command="true", allowed_clone_protocols="file",
-                             build_commands_mode="off", **values)
+                             build_commands_mode="off", proxy_listen_port=1, **values)
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
     return DeployEngine(settings, plugins=host), plugin
 

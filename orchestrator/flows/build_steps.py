@@ -57,7 +57,7 @@ class BuildSteps:
         with clock.stage("health"):
             self.wait_healthy(event, target, record, config, compose_file, control)
         with clock.stage("route"):
-            self.route(event, target, record, route_served)
+            self.route(event, target, record, route_served, control)
         return clock.seconds
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -83,12 +83,17 @@ class BuildSteps:
                 raise StepFailed(exc.message, exc.detail) from None
         return compose_file
 
-    def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool) -> None:
+    def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,
+              control: FlowControl) -> None:
         try:
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
                                  served=route_served)
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
+        try:  # `running` and the ready comment only once nginx's workers serve the new route
+            self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+        except ProxyError as exc:
+            raise StepFailed("Nginx route not served", str(exc)) from None
 
     def checkout(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
         if not event.clone_url or not event.branch or not event.commit_sha:

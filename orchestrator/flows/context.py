@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.adapters.build_commands import BuildCommands
 from orchestrator.adapters.codehost import CodeHost
@@ -59,7 +60,8 @@ class FlowContext:
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
                        Mirrors(settings.state_dir / "mirrors"))
         self.proxy = Proxy(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command,
-                           self.env)
+                           self.env, urlsplit(settings.preview_base_url or "http://localhost").netloc,
+                           settings.proxy_listen_port)
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))
