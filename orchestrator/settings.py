@@ -210,6 +210,14 @@ class Settings(PluginSettings):
             raise ValueError("must not be empty")
         return value
 
+    @field_validator("preview_routing", "preview_protection")
+    @classmethod
+    def _built_yet(cls, value: str) -> str:
+        # Accepted only once it works: a setting that silently did nothing would leave previews open.
+        if value in ("host", "basic", "token"):
+            raise ValueError(f"{value!r} is not available in this release (docs/routing.md)")
+        return value
+
     @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:

@@ -33,7 +33,8 @@ def codehost() -> Iterator[FakeCodeHost]:
 
 
 def make_engine(make_settings: SettingsFactory, codehost: FakeCodeHost, **overrides: object) -> DeployEngine:
-    values = {"codehost_api_url": codehost.url, "proxy_test_command": "true", "proxy_reload_command": "true",
+    values = {"codehost_api_url": codehost.url, "proxy_listen_port": 1,
+              "proxy_test_command": "true", "proxy_reload_command": "true",
               "codehost_retry_base_seconds": 0.0, **overrides}
     return DeployEngine(make_settings(**values))
 

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy, ProxyError
+from orchestrator.common.flow_control import FlowControl
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx
 
@@ -90,3 +91,68 @@ def test_an_unchanged_served_route_is_not_reloaded(tmp_path: Path) -> None:
     proxy.install("acme-api", 3, "acme-api-3", 8003, None)  # not known to be served: reloaded anyway
     proxy.install("acme-api", 3, "acme-api-3", 8004, None, served=True)  # changed: reloaded
     assert trace.read_text() == "test\nreload\n" * 3
+
+
+@pytest.fixture
+def login_app() -> Iterator[int]:
+    """Behaves like an ordinary Flask or Express app with a login, that knows nothing of a prefix."""
+    class App(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/":
+                self.send_response(302)
+                self.send_header("Location", "/auth/login?next=%2F")
+            elif self.path.startswith("/auth/login"):
+                self.send_response(200)
+                self.send_header("Set-Cookie", "session=abc; Path=/; HttpOnly")
+                self.send_header("Set-Cookie", "pref=dark; Path=/settings")
+            elif self.path == "/away":
+                self.send_response(302)
+                self.send_header("Location", "https://accounts.example.org/oauth?return=/")
+            elif self.path == "/absolute":
+                self.send_response(302)
+                self.send_header("Location", f"http://{self.headers['Host']}/dashboard")
+            else:
+                self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), App)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_redirects_and_cookies_of_an_app_that_ignores_the_prefix_stay_under_it(nginx: Nginx, login_app: int) -> None:
+    public = f"127.0.0.1:{nginx.port}"
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  public_host=public, listen_port=nginx.port)
+    proxy.install("acme-api", 3, "acme-api-3", login_app, None)
+    proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
+    root = httpx.get(f"{nginx.url}/acme-api/pr-3/")
+    # Absolute, with the host the browser asked for (nginx would otherwise put its own server name there).
+    assert root.status_code == 302
+    assert root.headers["location"] == f"http://{public}/acme-api/pr-3/auth/login?next=%2F"
+    assert root.headers["x-preview-deployment"] == "acme-api-3"
+    login = httpx.get(root.headers["location"])
+    assert login.status_code == 200
+    cookies = login.headers.get_list("set-cookie")
+    assert "session=abc; Path=/acme-api/pr-3/; HttpOnly" in cookies
+    assert "pref=dark; Path=/acme-api/pr-3/settings" in cookies
+    # An absolute redirect to the public host comes back under the prefix; one to another host is left alone.
+    absolute = httpx.get(f"{nginx.url}/acme-api/pr-3/absolute")
+    assert absolute.headers["location"] == f"http://{public}/acme-api/pr-3/dashboard"
+    away = httpx.get(f"{nginx.url}/acme-api/pr-3/away")
+    assert away.headers["location"] == "https://accounts.example.org/oauth?return=/"
+
+
+def test_the_served_wait_tells_the_route_from_nginx_own_404(nginx: Nginx, login_app: int) -> None:
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  public_host="localhost", listen_port=nginx.port)
+    with pytest.raises(ProxyError, match=r"Nginx route not served after 1s: .* answered 404 without"):
+        proxy.wait_served("acme-api", 9, "acme-api-9", None, FlowControl(60), timeout=1)  # no route installed
+    nowhere = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                    listen_port=1)
+    nowhere.wait_served("acme-api", 9, "acme-api-9", None, FlowControl(60), timeout=1)  # cannot check: goes on

@@ -40,6 +40,7 @@ class RecordingRuntime:
         self.compose_seen: list[str] = []
         self.fail_build = False
         self.exited: str | None = None
+        self.early: list[str] = []
         self.db_password = ""
         self._app_port = app_port
 
@@ -56,6 +57,10 @@ class RecordingRuntime:
                       log: DeploymentLog, control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
         self.calls.append(("image_command", deployment_id))
         return None, ["./server"]
+
+    def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+                           control: FlowControl) -> None:
+        self.early.append(deployment_id)  # another thread, beside `build`: kept apart from the ordered calls
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         self.calls.append(("start", deployment_id))
@@ -148,7 +153,7 @@ def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codeh
     values = {"health_check_interval_seconds": 0.2, **values}
     settings = make_settings(runtime="recording", codehost_api_url=codehost.url, proxy_test_command="true",
                              proxy_reload_command="true", allowed_clone_protocols="file",
-                             build_commands_mode="off", **values)
+                             build_commands_mode="off", proxy_listen_port=1, **values)
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
     return DeployEngine(settings, plugins=host), plugin
 
@@ -165,9 +170,14 @@ def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
     assert [name for name, _ in runtime.calls] == ["ports_in_use", "build", "start", "app_url", "problem", "logs"]
     assert {dep for name, dep in runtime.calls if name != "ports_in_use"} == {"acme-api-3"}
     assert "acme-api-pr-3-app" in runtime.compose_seen[0]  # the rendered compose file, as written
+    assert runtime.early == ["acme-api-3"]  # the database started while the app built
     record = engine.store.read().deployments["acme-api-3"]
     assert record.status == "running" and record.commitSha == repo.sha_a
     assert (tmp_path / "proxy" / "acme-api-pr-3.conf").is_file()
+    [ready] = [c["body"] for c in codehost.comments_on("acme", "api", 3)]
+    for stage in ("checkout", "build", "start", "health", "route"):  # where the time went
+        assert f"{stage} " in ready.split("<sub>")[1]
+    assert 'stage="build"' in engine.metrics.exposition().decode()
 
     runtime.calls.clear()
     engine.handle(event("synchronize", repo, repo.sha_b))

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
+from orchestrator.adapters.git_mirror import Mirrors
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 
@@ -54,12 +55,13 @@ def token_applies(clone_url: str, api_url: str) -> bool:
 
 class Git:
     def __init__(self, token: str, api_url: str, allowed_protocols: tuple[str, ...], timeout: float,
-                 env: HostEnv) -> None:
+                 env: HostEnv, mirrors: Mirrors | None = None) -> None:
         self._token = token
         self._api_url = api_url
         self._protocols = allowed_protocols
         self._timeout = timeout
         self._env = env
+        self._mirrors = mirrors
 
     def _environment(self, clone_url: str, local: bool) -> dict[str, str]:
         extra = {"GIT_ALLOW_PROTOCOL": "file" if local else ":".join(self._protocols)}
@@ -85,15 +87,28 @@ class Git:
         return work_dir.is_dir() and (git_dir / "HEAD").is_file()
 
     def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-              control: FlowControl | None = None, local: bool = False) -> None:
+              control: FlowControl | None = None, local: bool = False, mirror: str | None = None) -> None:
         """`local`: `clone_url` is a directory of this host given by its operator (`preview-orchestrator up`),
-        cloned whatever ALLOWED_CLONE_PROTOCOLS says (it is for URLs from webhooks)."""
+        cloned whatever ALLOWED_CLONE_PROTOCOLS says (it is for URLs from webhooks). `mirror`: the name of the
+        repository's mirror (git_mirror.py) to fetch into and clone from; the checkout's remote stays
+        `clone_url`."""
         problem = clone_url_problem(clone_url, ("file",) if local else self._protocols)
         if problem:
             raise CloneRefused(problem)
         work_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", clone_url, str(work_dir)],
-                  work_dir.parent, None, clone_url, log, control, local)
+        source = clone_url
+        if mirror and self._mirrors and not local:
+            def call(args: list[str], cwd: Path | None) -> str:
+                return self._git(args, cwd or work_dir.parent, None, clone_url, log, control, local)
+
+            source = str(self._mirrors.refresh(mirror, clone_url, branch, call) or clone_url)
+        # From the mirror: a local clone (file transport, whatever ALLOWED_CLONE_PROTOCOLS says: it is our own).
+        self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", source, str(work_dir)],
+                  work_dir.parent, None, source, log, control, local or source != clone_url)
+        if source != clone_url:
+            # Objects came from the mirror (hard links); later fetches go to the repository itself.
+            self._git(["remote", "set-url", "origin", "--", clone_url], work_dir, git_dir, clone_url, log, control,
+                      local)
         self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local)
 
     def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,

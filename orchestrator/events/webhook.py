@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -18,7 +19,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.common.naming import deployment_id, project_slug
+from orchestrator.events.gating import Gate
 from orchestrator.state.records import HANDLED_ACTIONS, PullRequestEvent, WebhookPayload
+
+log = logging.getLogger("orchestrator.events.webhook")
+GATED_ACTIONS = frozenset({"ready_for_review", "converted_to_draft", "labeled", "unlabeled"})
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 _DELIVERY_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
@@ -52,6 +57,7 @@ def parse_delivery(
     event_type: str | None,
     delivery_header: str | None,
     allowed_repos: frozenset[str],
+    gate: Gate = Gate(),  # noqa: B008 - frozen, never changed
 ) -> PullRequestEvent | Ignored:
     """Validate a signed delivery; returns the event to process or why it is ignored."""
     delivery_id = _delivery_id(delivery_header)
@@ -64,15 +70,21 @@ def parse_delivery(
     action = document.get("action")
     if not isinstance(action, str):
         raise WebhookRejected(400, "Invalid payload: action is required and must be a string")
-    if action not in HANDLED_ACTIONS:
+    if action not in HANDLED_ACTIONS | GATED_ACTIONS:
         return Ignored(f"pull_request action {action[:40]!r} is not handled")
+    effective, why = gate.decide(action, document)
     try:
-        payload = WebhookPayload.model_validate(document)
+        # Validated as the action it is acted on as (labeled → opened); a gated-out one as itself would be.
+        payload = WebhookPayload.model_validate({**document, "action": effective or "opened"})
     except ValidationError as exc:
         raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
     full_name = payload.repository.full_name
     if full_name.lower() not in allowed_repos:
         raise WebhookRejected(403, "Repository not in allowed list")
+    if effective is None:
+        return Ignored(f"pull request #{payload.pull_request.number}: {why}")
+    if effective != action:
+        log.info("pull request #%s %s", payload.pull_request.number, why)
     return _event(payload, delivery_id)
 
 

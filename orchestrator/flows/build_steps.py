@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommandError
@@ -17,6 +18,7 @@ from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
+from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.runtime import RuntimeFailure, app_address
 from orchestrator.rendering.checkout_config import load_checkout_config
@@ -41,28 +43,60 @@ class BuildSteps:
         self.c = context
 
     def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
-            route_served: bool) -> None:
-        self.checkout(event, target, control)
-        config = self.configure(event, target)
-        self.build_commands(event, target, config, control)
-        rendered, compose_file = self.render(event, target, record, config)
+            route_served: bool) -> dict[str, float]:
+        """Every step, each timed (StageClock); returns the seconds of each stage."""
+        clock = StageClock(target.log, self.c.metrics)
+        with clock.stage("checkout"):
+            self.checkout(event, target, control)
+            config = self.configure(event, target)
+        with clock.stage("build_commands"):
+            self.build_commands(event, target, config, control)
+        with clock.stage("render"):
+            rendered, compose_file = self.render(event, target, record, config)
+        compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
+        with clock.stage("health"):
+            self.wait_healthy(event, target, record, config, compose_file, control)
+        with clock.stage("route"):
+            self.route(event, target, record, route_served, control)
+        return clock.seconds
+
+    def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
+                        compose_file: Path, control: FlowControl, clock: StageClock) -> Path:
+        """Build the images while the database and extra services start (they need no build), then start."""
         runtime = self.c.runtime
+        with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
+            early = pool.submit(runtime.start_dependencies, event.deployment_id, compose_file, target.log, control)
+            try:
+                with clock.stage("build"):
+                    runtime.build(event.deployment_id, compose_file, target.log, control)
+                    if rendered.pending_startup is not None:
+                        compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+            finally:
+                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
+                    target.log.note(f"early start of the dependencies failed: {failed}")
+        with clock.stage("start"):
+            try:
+                runtime.start(event.deployment_id, compose_file, target.log, control)
+            except RuntimeFailure as exc:
+                raise StepFailed(exc.message, exc.detail) from None
+        return compose_file
+
+    def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,
+              control: FlowControl) -> None:
         try:
-            runtime.build(event.deployment_id, compose_file, target.log, control)
-            if rendered.pending_startup is not None:
-                compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
-            runtime.start(event.deployment_id, compose_file, target.log, control)
-        except RuntimeFailure as exc:
-            raise StepFailed(exc.message, exc.detail) from None
-        self.wait_healthy(event, target, record, config, compose_file, control)
-        try:
-            host, port = app_address(runtime, event.deployment_id, record.exposedAppPort)
+            host, port = app_address(self.c.runtime, event.deployment_id, record.exposedAppPort)
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
                                  served=route_served, host=host)
         except RuntimeFailure as exc:
             raise StepFailed(exc.message, exc.detail) from None
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
+        try:  # `running` and the ready comment only once nginx's workers serve the new route
+            self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+        except ProxyError as exc:
+            raise StepFailed("Nginx route not served", str(exc)) from None
 
     def checkout(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
         if not event.clone_url or not event.branch or not event.commit_sha:
@@ -77,7 +111,7 @@ class BuildSteps:
                 remove_tree(target.git_dir)
                 target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
                 git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
-                          target.log, control, local=event.local)
+                          target.log, control, local=event.local, mirror=event.project_slug)
             for private in (target.work_dir, target.git_dir):
                 private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
         except CloneRefused as exc:

@@ -16,13 +16,18 @@ def building(sha: str | None, updating: bool) -> str:
     return f"{MARKER}\n### ⏳ Preview: {verb.lower()}\n\n{verb} the preview for commit `{_short(sha)}`…"
 
 
-def ready(url: str, sha: str | None, seconds: float) -> str:
-    return (
+def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None) -> str:
+    text = (
         f"{MARKER}\n### ✅ Preview ready\n\n"
         f"**{url}**\n\n"
         f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
         "pull request closes."
     )
+    if stages:  # where the time went, the longest first
+        spent = " · ".join(f"{name.replace('_', ' ')} {took:.0f} s" if took >= 1 else f"{name.replace('_', ' ')} "
+                           f"{took:.1f} s" for name, took in sorted(stages.items(), key=lambda item: -item[1]))
+        text += f"\n\n<sub>{spent}</sub>"
+    return text
 
 
 def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | None = None) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.adapters.build_commands import BuildCommands
 from orchestrator.adapters.codehost import CodeHost
 from orchestrator.adapters.commands import DeploymentLog, deployment_log_path
 from orchestrator.adapters.git import Git
+from orchestrator.adapters.git_mirror import Mirrors
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.secret_files import random_key, read_or_create
@@ -55,9 +57,11 @@ class FlowContext:
         self.store = DeploymentStore(settings.deployments_db)
         self.env = HostEnv.for_state_dir(settings.state_dir)
         self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
-                       settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env)
+                       settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
+                       Mirrors(settings.state_dir / "mirrors"))
         self.proxy = Proxy(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command,
-                           self.env)
+                           self.env, urlsplit(settings.preview_base_url or "http://localhost").netloc,
+                           settings.proxy_listen_port)
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))

@@ -46,8 +46,8 @@ class DeployFlow:
         log.info("%s started", "update" if updating else "deploy", extra={"deploymentId": event.deployment_id})
         reported = self.reporter.start(event, existing)
         try:
-            self.steps.run(event, target, record, control,
-                           route_served=existing is not None and existing.status == "running")
+            stages = self.steps.run(event, target, record, control,
+                                    route_served=existing is not None and existing.status == "running")
         except FlowAborted as exc:
             self._abort(event, target, comment_id, reported, exc, time.monotonic() - started)
             raise FlowError(exc.message) from None
@@ -58,7 +58,7 @@ class DeployFlow:
         set_fields(self.c.store, event.deployment_id, status="running", error=None)
         seconds = time.monotonic() - started
         target.log.note(f"running after {seconds:.1f}s")
-        self.reporter.comment(event, comment_id, comments.ready(record.url, event.commit_sha, seconds))
+        self.reporter.comment(event, comment_id, comments.ready(record.url, event.commit_sha, seconds, stages))
         self.reporter.status(event, reported, "success",
                              f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
                              environment_url=record.url)

@@ -33,6 +33,10 @@ class Metrics:
         self.health_seconds = Histogram("preview_orchestrator_health_check_duration_seconds",
                                         "Containers started to the health path answering (or giving up)",
                                         ["result"], buckets=HEALTH_BUCKETS, registry=self.registry)
+        self.stage_seconds = Histogram("preview_orchestrator_stage_duration_seconds",
+                                       "Seconds each stage of a deploy or update took (checkout, build_commands, "
+                                       "render, build, start, health, route)", ["stage"], buckets=DEPLOY_BUCKETS,
+                                       registry=self.registry)
         self.codehost_calls = Counter("preview_orchestrator_codehost_requests",
                                       "Code host API requests by kind and response status",
                                       ["kind", "status"], registry=self.registry)

@@ -62,6 +62,11 @@ class Runtime(Protocol):
                       control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
         """The ENTRYPOINT and CMD of `service`'s image (built, or pulled when the build did not make it)."""
 
+    def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+                           control: FlowControl) -> None:
+        """Start what the app waits for and needs no build (database, extra services), while `build` runs in
+        another thread; doing nothing is a correct answer (`start` starts everything)."""
+
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """Create or update the deployment's containers and start them; return once they are started."""
 

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
@@ -58,6 +60,13 @@ class ComposeRuntime:
             except CommandFailed:  # an `image:` the build did not make: compose pulls it
                 self.compose.pull(deployment_id, compose_file, service, log, control)
                 return self.docker.image_command(image)
+
+    def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+                           control: FlowControl) -> None:
+        services = prebuilt_services(compose_file)
+        if services:
+            with _failure("The database and extra services failed to start"):
+                self.compose.up_services(deployment_id, compose_file, services, log, control)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         with _failure("Containers failed to start"):
@@ -119,6 +128,15 @@ class ComposeRuntime:
     def remove_leftovers(self, owner_marker: str) -> None:
         with _failure("Containers of the previous run could not be removed"):
             self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
+
+
+def prebuilt_services(compose_file: Path) -> list[str]:
+    """Services of a compose file the service wrote (never the repository's raw file) that run an image
+    as it is: everything but the app and what is built."""
+    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+    services = document.get("services") or {}
+    return [name for name, service in services.items()
+            if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
 
 
 @contextmanager

@@ -57,6 +57,12 @@ class Compose:
         self._compose(project, compose_file, ["up", "--detach", "--remove-orphans"], compose_file.parent, log,
                       control=control)
 
+    def up_services(self, project: str, compose_file: Path, services: list[str], log: DeploymentLog,
+                    control: FlowControl) -> None:
+        """Start only `services` (and what they depend on); nothing is built."""
+        self._compose(project, compose_file, ["up", "--detach", "--no-build", *services], compose_file.parent, log,
+                      control=control)
+
     def pull(self, project: str, compose_file: Path, service: str, log: DeploymentLog,
              control: FlowControl) -> None:
         self._compose(project, compose_file, ["pull", service], compose_file.parent, log, control=control)

@@ -102,6 +102,7 @@ def service_env(codehost: FakeCodeHost, nginx: Nginx, **extra: str) -> dict[str,
         HEALTH_CHECK_TIMEOUT_SECONDS="20",
         PROXY_TEST_COMMAND=nginx.test_command,
         PROXY_RELOAD_COMMAND=nginx.reload_command,
+        PROXY_LISTEN_PORT=str(nginx.port),  # where the deploy checks that nginx serves the new route
         CODEHOST_RETRY_BASE_SECONDS="0.05",
         MAX_CONCURRENT_BUILDS="2",
     ) | extra

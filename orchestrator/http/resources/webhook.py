@@ -9,6 +9,7 @@ import falcon
 from falcon.asgi import Request, Response
 
 from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.gating import Gate
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.events.webhook import (
     MAX_BODY_BYTES,
@@ -36,6 +37,7 @@ class WebhookResource:
         self._store = store
         self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
         self._allowed = settings.allowed_repos_folded
+        self._gate = Gate(settings.preview_drafts, settings.preview_draft_converted == "keep", settings.preview_label)
         self._sync = settings.webhook_processing == "sync"
         self._inbox = inbox
         self._dispatcher = dispatcher
@@ -56,7 +58,8 @@ class WebhookResource:
         try:
             verify_signature(self._secret, body, req.get_header("X-Hub-Signature-256"))
             _check_content_type(req)
-            parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed)
+            parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed,
+                                    self._gate)
         except WebhookRejected as rejected:
             log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
             status = falcon.code_to_http_status(rejected.status)
