@@ -249,3 +249,10 @@ def _db_password(engine: DeployEngine) -> str:
     from orchestrator.rendering import make_context
 
     return make_context("acme", "api", 3, 1, 1, engine.context.password_key()).db_password
+
+
+def test_every_built_in_runtime_implements_the_whole_interface(make_settings: SettingsFactory) -> None:
+    host = build_plugin_host(load_entry_points=False)
+    settings = make_settings(swarm_registry="127.0.0.1:5000")
+    for name in sorted(host.provided.runtimes):
+        assert host.runtime(name, settings).name == name  # PluginError when a method of Runtime is missing

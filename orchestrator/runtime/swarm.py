@@ -89,6 +89,10 @@ class SwarmRuntime:
                 self.compose.pull(deployment_id, compose_file, service, log, control)
                 return self.docker.image_command(image)
 
+    def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+                           control: FlowControl) -> None:
+        """Nothing early: the stack is deployed in waves by `start` (db first, then the app once db is healthy)."""
+
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         with _failure("Containers failed to start"):
             document = self.compose.normalized(compose_file, deployment_id)
