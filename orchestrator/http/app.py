@@ -22,6 +22,7 @@ from orchestrator.http.resources.docs import DOCS_STATIC_ROUTE, ApiDocsInitResou
 from orchestrator.http.resources.health import HealthResource
 from orchestrator.http.resources.metrics import MetricsResource
 from orchestrator.http.resources.plugins import PluginListResource
+from orchestrator.http.resources.preview_access import PreviewAccess, PreviewAccessResource, PreviewTokenResource
 from orchestrator.http.resources.previews import PreviewListResource, PreviewResource
 from orchestrator.http.resources.webhook import WebhookResource
 from orchestrator.observability.metrics import Metrics
@@ -103,4 +104,8 @@ def create_app(
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
+    # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
+    access = PreviewAccess(settings)
+    app.add_route("/api/preview-access/{deployment_id}", PreviewAccessResource(access))
+    app.add_route("/api/preview-access/{deployment_id}/token", PreviewTokenResource(access))
     return app
