@@ -17,18 +17,21 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 import pytest
+from selenium.webdriver.support.wait import WebDriverWait
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy, ProxyError, Routing
 from orchestrator.adapters.nginx_site import includes_routes, includes_servers, site_text
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.settings import SettingsError, load_settings, preview_host_label
+from tests.support.browser import chromium
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port
 from tests.support.nginx import Nginx
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 DOMAIN = "preview.test"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 # A plain app that knows nothing of any prefix -------------------------------------------------------------
@@ -331,6 +334,27 @@ def log_in_through(client: httpx.Client, link: str, prefix: str) -> None:
     assert page.status_code == 200 and page.text == "signed in as reviewer\n"
 
 
+def log_in_with_a_browser(link: str, prefix: str, screenshot: str, **browser_options: object) -> None:
+    """The same walk in real headless Chromium: follow the link, land on the login form, sign in, end on the
+    preview's own page — a screenshot of each page goes to test-artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with chromium(**browser_options) as browser:
+        browser.get(link)
+        landed = urlsplit(browser.current_url)
+        assert landed.path == f"{prefix}auth/login", browser.current_url
+        assert browser.title == "Sign in"
+        browser.save_screenshot(str(ARTIFACTS / f"{screenshot}-login.png"))
+        browser.find_element("name", "user").send_keys("reviewer")
+        browser.find_element("tag name", "button").click()
+        WebDriverWait(browser, 10).until(lambda b: urlsplit(b.current_url).path == prefix)
+        assert browser.current_url == link
+        assert browser.find_element("tag name", "body").text == "signed in as reviewer"
+        browser.save_screenshot(str(ARTIFACTS / f"{screenshot}-signed-in.png"))
+        # no refused request on the way (a 404 would show here); the browser's own favicon guess is not the app's
+        refused = [entry["message"] for entry in browser.get_log("browser")]
+        assert [message for message in refused if "/favicon.ico " not in message] == []
+
+
 @pytest.mark.docker
 @pytest.mark.live
 def test_login_app_works_from_the_comment_link_under_the_path_prefix(tmp_path: Path) -> None:
@@ -347,6 +371,7 @@ def test_login_app_works_from_the_comment_link_under_the_path_prefix(tmp_path: P
         assert "nginx serves the route" in stack.logs(pr)
         with httpx.Client(timeout=10) as client:
             log_in_through(client, link, f"/{SLUG}/pr-{pr}/")
+        log_in_with_a_browser(link, f"/{SLUG}/pr-{pr}/", "routing-path")
         stack.close(pr, repo, repo.sha_a)
     finally:
         stop_stack(stack)
@@ -374,6 +399,8 @@ def test_login_app_works_on_its_own_host_with_tls(tmp_path: Path) -> None:
         assert plain.status_code == 301 and plain.headers["location"] == link
         with loopback_client(cert) as client:
             log_in_through(client, link, "/")
+        log_in_with_a_browser(link, "/", "routing-host-tls", resolve_to_loopback=f"*.{DOMAIN}",
+                              trust_any_certificate=True)
         stack.close(pr, repo, repo.sha_a)
         assert not server.exists()
     finally:
