@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ProxyError
+from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.records import mark_lost, set_fields
@@ -77,7 +78,10 @@ class Reconciler:
 
     def _remove_stale_routes(self, data: StoreFile) -> None:
         routes = {f"{r.projectSlug}-pr-{r.prNumber}.conf" for r in data.deployments.values()}
-        stale = [p for p in self.c.settings.proxy_config_dir.glob("*-pr-*.conf") if p.name not in routes]
+        # both routing modes' files: locations beside the site (path) and servers (host, SERVERS_DIR)
+        found = [*self.c.settings.proxy_config_dir.glob("*-pr-*.conf"),
+                 *self.c.settings.proxy_config_dir.glob(f"{SERVERS_DIR}/*-pr-*.conf")]
+        stale = [p for p in found if p.name not in routes]
         for path in stale:
             path.unlink(missing_ok=True)
         if stale:
