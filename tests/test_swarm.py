@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
-from tests.support.live import wait_until
+from tests.support.live import free_port, wait_until
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 from tests.support.standins import require_engine
@@ -143,6 +143,16 @@ def test_doctor_reports_the_swarm(cluster: SwarmCluster, stack: Stack) -> None:
     assert "✓ swarm nodes ready: 3 of 3 ready and active (2 workers)" in report
     assert f"✓ registry {cluster.registry} answers (SWARM_REGISTRY): v2 API" in report
     assert "✓ the nodes' own engines answer (SWARM_NODE_ENGINES): 2 configured" in report
+    assert f"✓ every node pulls from {cluster.registry} (SWARM_REGISTRY): 3 of 3 nodes reach it" in report
+    # a registry no node can reach is named per node, before a preview is placed there
+    host = cluster.registry.rsplit(":", 1)[0]
+    closed = f"{host}:{free_port()}"
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "doctor"], cwd=stack.root,
+                            env={**stack.service.env, "SWARM_REGISTRY": closed}, capture_output=True, text=True,
+                            timeout=180)
+    line = next(line for line in result.stdout.splitlines() if "every node pulls from" in line)
+    assert line.startswith(f"✗ every node pulls from {closed} (SWARM_REGISTRY): 0 of 3 nodes reach it; "), line
+    assert line.count("connection refused") == 3 and "insecure-registries" in line, line
 
 
 def test_a_worker_that_stops_fails_its_preview_and_the_others_keep_serving(cluster: SwarmCluster,

@@ -1,5 +1,6 @@
 """`doctor`'s checks of a Docker Swarm (RUNTIME=swarm): this engine is a manager, the nodes are ready, the
-registry answers, and the nodes' own engines (SWARM_NODE_ENGINES) answer."""
+registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, and every node's engine can pull from
+the registry."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def swarm_probes(settings: Settings, env: HostEnv) -> list[Callable[[], Check]]:
     cli = SwarmCli(env, settings.swarm_node_engines, timeout=30)
     registry = Registry(settings.swarm_registry, settings.swarm_registry_scheme)
     return [lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry),
-            lambda: _node_engines(cli, settings.swarm_node_engines)]
+            lambda: _node_engines(cli, settings.swarm_node_engines), lambda: _registry_from_nodes(cli, registry)]
 
 
 def _manager(cli: SwarmCli) -> Check:
@@ -81,3 +82,42 @@ def _node_engines(cli: SwarmCli, engines: dict[str, str]) -> Check:
     return Check(name, not problems, "; ".join(problems) or f"{len(engines)} configured",
                  "add hostname=ssh://user@host (or tcp://) to SWARM_NODE_ENGINES: without it a closed preview's "
                  "volume stays on that node")
+
+
+# A name no registry holds: the engine's answer tells whether it reached the registry ("manifest unknown",
+# "not found") or not (refused, timed out, HTTPS asked of a plain-HTTP registry, ...). Nothing is pulled.
+PROBE_IMAGE = "preview-orchestrator/doctor-probe:absent"
+REACHED = ("manifest unknown", "not found")
+
+
+def _registry_from_nodes(cli: SwarmCli, registry: Registry) -> Check:
+    """Each ready node's own engine asks the registry for an image that is not there — what a task's pull does,
+    with that node's DNS, routes and insecure-registries — so a node that cannot pull is named before a preview
+    is placed on it."""
+    name = f"every node pulls from {registry.address} (SWARM_REGISTRY)"
+    try:
+        nodes = [node for node in cli.nodes() if node.usable]
+        manager = cli.swarm_info().get("Name", "")
+    except CommandFailed as exc:
+        return Check(name, False, exc.tail(1))
+    reached, failed, unchecked = [], [], []
+    for node in nodes:
+        engine = cli.engine(node.hostname, manager)
+        if engine is None:
+            unchecked.append(node.hostname)
+            continue
+        try:
+            cli.docker(["pull", "--quiet", f"{registry.address}/{PROBE_IMAGE}"], engine=engine or None, timeout=30)
+            reached.append(node.hostname)  # someone pushed the probe's name: reached all the same
+        except CommandFailed as exc:
+            answer = exc.output.lower()
+            if any(word in answer for word in REACHED) and "connection refused" not in answer:
+                reached.append(node.hostname)
+            else:
+                failed.append(f"{node.hostname}: {exc.tail(1).strip() or 'timed out'}")
+    problems = [*failed, *(f"{hostname} not checked (no engine in SWARM_NODE_ENGINES)" for hostname in unchecked)]
+    detail = f"{len(reached)} of {len(nodes)} nodes reach it" + (f"; {'; '.join(problems)}" if problems else "")
+    return Check(name, not problems and bool(reached), detail,
+                 "on each node named: the registry's address must resolve and route there, and a plain-HTTP "
+                 "registry must be in that engine's insecure-registries (daemon.json); add the node to "
+                 "SWARM_NODE_ENGINES so it can be checked" if problems else "")
