@@ -18,9 +18,11 @@ from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
 from bench.preview import bench_preview
 from bench.scale import bench_scale
+from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
+    "swarm": bench_swarm,
 }
 
 
@@ -72,6 +74,15 @@ def report(results: dict[str, Any]) -> str:
                           ["MAX_CONCURRENT_BUILDS", "PRs", "first preview s", "all previews s"],
                           [[r["max_concurrent_builds"], r["prs"], r["first_s"], r["all_s"]]
                            for r in results["concurrency"]["runs"]]))
+    if "swarm" in results:
+        swarm = results["swarm"]
+        if "skipped" in swarm:
+            out.append(f"Swarm: skipped ({swarm['skipped']})\n")
+        else:
+            out.append(_table(f"One host against a three-node swarm (medians of {swarm['repeats']}, warm, "
+                              f"sample {swarm['sample']})", ["runtime", "deploy s", "update s", "cleanup s"],
+                              [[name, swarm[name]["median"]["deploy_s"], swarm[name]["median"]["update_s"],
+                                swarm[name]["median"]["cleanup_s"]] for name in ("one_host", "swarm")]))
     return "\n".join(out)
 
 

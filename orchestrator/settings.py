@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 import secrets
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.common.secret_files import read_or_create
@@ -132,10 +135,19 @@ class Settings(PluginSettings):
     preview_label: str = Field(default="", max_length=50)
     # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
     runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    # RUNTIME=swarm (docs/scaling.md): the registry every node pulls from (`host[:port][/namespace]`), the scheme
+    # of its HTTP API (tag deletion), and the Docker engines of the nodes (`hostname=docker-host,...`): only a
+    # node's own engine removes its volumes and the images it pulled.
+    swarm_registry: str = Field(default="", validate_default=True, max_length=200,
+                                pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
+    swarm_registry_scheme: Literal["https", "http"] = "https"
+    swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
+    # How often running previews are checked with the runtime for a loss it can see (a swarm node that left).
+    runtime_watch_interval_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("allowed_clone_protocols", mode="before")
     @classmethod
@@ -147,6 +159,29 @@ class Settings(PluginSettings):
             if protocol not in ("https", "http", "ssh", "git", "file"):
                 raise ValueError(f"{protocol!r} is not one of https, http, ssh, git, file")
         return protocols
+
+    @field_validator("swarm_registry")
+    @classmethod
+    def _registry_for_swarm(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("runtime") == "swarm" and not value:
+            raise ValueError("must be set when RUNTIME=swarm (host:port of a registry every node can pull from)")
+        return value
+
+    @field_validator("swarm_node_engines", mode="before")
+    @classmethod
+    def _engines(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return value
+        engines: dict[str, str] = {}
+        for pair in str(value or "").split(","):
+            node, sep, host = pair.strip().partition("=")
+            if not pair.strip():
+                continue
+            if not sep or not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$", node) or not re.match(
+                    r"^(unix|tcp|ssh)://\S+$", host):
+                raise ValueError(f"entry {pair.strip()[:80]!r} is not of the form hostname=unix://|tcp://|ssh://...")
+            engines[node] = host
+        return engines
 
     @field_validator("proxy_test_command", "proxy_reload_command")
     @classmethod
@@ -178,13 +213,14 @@ class Settings(PluginSettings):
             raise ValueError("must not be empty")
         return value
 
-    @field_validator("preview_routing", "preview_protection")
-    @classmethod
-    def _built_yet(cls, value: str) -> str:
-        # Accepted only once it works: a setting that silently did nothing would leave previews open.
-        if value in ("host", "basic", "token"):
-            raise ValueError(f"{value!r} is not available in this release (docs/routing.md)")
-        return value
+    @model_validator(mode="after")
+    def _routing_and_protection(self) -> Settings:
+        # A setting that silently did nothing would leave previews open: every combination that cannot work is
+        # refused at start-up, naming the variables (never their values).
+        problems = routing_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
 
     @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
     @classmethod
@@ -212,8 +248,23 @@ class Settings(PluginSettings):
         return self.inbox_db or self.deployments_db.with_name("inbox.sqlite3")
 
     def preview_url(self, slug: str, pr: int) -> str:
-        """`{PREVIEW_BASE_URL}/{projectSlug}/pr-{N}/`, the URL in comments and records."""
+        """The URL in comments and records: `{PREVIEW_BASE_URL}/{projectSlug}/pr-{N}/` (path routing), or
+        `http(s)://{slug}-pr-{N}.{PREVIEW_DOMAIN}[:port]/` (host routing; https with PREVIEW_TLS_CERT)."""
+        if self.preview_routing == "host":
+            tls = self.preview_tls_cert is not None
+            port, default = (self.preview_tls_port, 443) if tls else (self.proxy_listen_port, 80)
+            shown = "" if port == default else f":{port}"
+            return f"{'https' if tls else 'http'}://{self.preview_host(slug, pr)}{shown}/"
         return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/"
+
+    def preview_host(self, slug: str, pr: int) -> str:
+        """Host routing: the preview's own host name, `{label}.{PREVIEW_DOMAIN}` (preview_host_label)."""
+        return f"{preview_host_label(slug, pr)}.{self.preview_domain or 'localhost'}"
+
+    @property
+    def preview_token_key_path(self) -> Path:
+        """PREVIEW_PROTECTION=token: the key that signs the links of the pull-request comments (0600)."""
+        return self.state_dir / "preview-token.key"
 
     @property
     def api_server_url(self) -> str | None:
@@ -230,6 +281,107 @@ class Settings(PluginSettings):
             for s in (self.codehost_token, self.codehost_webhook_secret)
             if s.get_secret_value()
         ]
+
+
+# What reviewers meet: host names, checks of the routing and protection settings, access tokens ------------
+
+DNS_LABEL_MAX = 63
+MAX_HOST_NAME = 238  # what server_names_hash_bucket_size 256 holds (setup-nginx's site sets it)
+_SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # project_slug's output: never `--`, never an edge hyphen
+# Characters a path may have where it is written into nginx's configuration unquoted.
+_NGINX_PATH = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
+_USER = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+
+
+def preview_host_label(slug: str, pr: int) -> str:
+    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters; else the
+    slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}`. A slug never holds `--`, so a shortened
+    label cannot equal a full one, and two different slugs differ in the hash (2^64 values)."""
+    if not _SLUG.match(slug) or pr < 1:
+        raise ValueError(f"{slug!r} / {pr} cannot make a host name")
+    label = f"{slug}-pr-{pr}"
+    if len(label) <= DNS_LABEL_MAX:
+        return label
+    tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-pr-{pr}"
+    return slug[: DNS_LABEL_MAX - len(tail)].rstrip("-") + tail
+
+
+def protection_users(value: str) -> list[tuple[str, str]]:
+    """PREVIEW_PROTECTION_USERS, `user:password,user2:password2`, as pairs; ValueError names the entry by its
+    position, never its text."""
+    pairs: list[tuple[str, str]] = []
+    for position, entry in enumerate((part.strip() for part in value.split(",")), start=1):
+        user, sep, password = entry.partition(":")
+        if not sep or not _USER.match(user) or not password or any(c in password for c in "\r\n\0"):
+            raise ValueError(f"PREVIEW_PROTECTION_USERS is not valid: entry {position} is not user:password "
+                             "(user of letters, digits and ._@-; a password without line breaks)")
+        pairs.append((user, password))
+    if len({user for user, _ in pairs}) != len(pairs):
+        raise ValueError("PREVIEW_PROTECTION_USERS is not valid: a user is listed twice")
+    return pairs
+
+
+def routing_problems(settings: Settings) -> list[str]:
+    """One sentence per combination of PREVIEW_ROUTING, PREVIEW_TLS_* and PREVIEW_PROTECTION* that cannot work."""
+    problems: list[str] = []
+    if settings.preview_routing == "host" and not settings.preview_domain:
+        problems.append("PREVIEW_DOMAIN is required when PREVIEW_ROUTING=host (previews are served at "
+                        "{slug}-pr-{N}.{PREVIEW_DOMAIN}; a wildcard DNS record must point there)")
+    elif settings.preview_domain and len(settings.preview_domain) > MAX_HOST_NAME - DNS_LABEL_MAX - 1:
+        problems.append(f"PREVIEW_DOMAIN is too long: at most {MAX_HOST_NAME - DNS_LABEL_MAX - 1} characters (a "
+                        f"preview's label takes up to {DNS_LABEL_MAX + 1} more, and nginx's server names hash "
+                        f"holds names up to {MAX_HOST_NAME})")
+    cert, key = settings.preview_tls_cert, settings.preview_tls_key
+    if (cert is None) != (key is None):
+        problems.append("PREVIEW_TLS_CERT and PREVIEW_TLS_KEY go together: set both or neither")
+    if cert is not None and settings.preview_routing != "host":
+        problems.append("PREVIEW_TLS_CERT is for PREVIEW_ROUTING=host (with path routing, TLS is the site's: "
+                        "configure it in the nginx server that includes PROXY_CONFIG_DIR)")
+    for name, path in (("PREVIEW_TLS_CERT", cert), ("PREVIEW_TLS_KEY", key),
+                       ("PREVIEW_PROTECTION_USERS_FILE", settings.preview_protection_users_file)):
+        if path is None:
+            continue
+        if not _NGINX_PATH.match(str(path)):
+            problems.append(f"{name} must be an absolute path of letters, digits and ._/@+- (it is written into "
+                            "nginx's configuration)")
+        elif not path.is_file():
+            problems.append(f"{name} names no file")
+    users = settings.preview_protection_users.get_secret_value().strip()
+    users_file = settings.preview_protection_users_file
+    if settings.preview_protection == "basic":
+        if bool(users) == (users_file is not None):
+            problems.append("PREVIEW_PROTECTION=basic needs exactly one of PREVIEW_PROTECTION_USERS "
+                            "(user:password,...) and PREVIEW_PROTECTION_USERS_FILE (an htpasswd file)")
+        elif users:
+            try:
+                protection_users(users)
+            except ValueError as exc:
+                problems.append(str(exc))
+    elif users or users_file is not None:
+        problems.append("PREVIEW_PROTECTION_USERS and PREVIEW_PROTECTION_USERS_FILE are for "
+                        "PREVIEW_PROTECTION=basic; set it, or remove them (they would protect nothing)")
+    return problems
+
+
+TOKEN_PARAMETER = "preview_token"  # noqa: S105 - the query parameter of the comment's link
+ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scoped to that preview
+_TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")
+
+
+def sign_preview_token(key: bytes, deployment_id: str, expires: int) -> str:
+    """`{expiry, unix seconds}.{HMAC-SHA256(key, deployment id and expiry), base64url}`: opens one preview until
+    it expires."""
+    mac = hmac.new(key, f"preview-access\n{deployment_id}\n{expires}".encode(), hashlib.sha256).digest()
+    return f"{expires}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+def check_preview_token(key: bytes, deployment_id: str, token: str, now: float) -> bool:
+    """Whether `token` was signed with `key` for this deployment and has not expired (constant-time compare)."""
+    match = _TOKEN.match(token)
+    if match is None:
+        return False
+    expected = sign_preview_token(key, deployment_id, int(match[1]))
+    return hmac.compare_digest(expected.encode(), token.encode()) and int(match[1]) > now
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -275,5 +427,8 @@ def _describe(exc: ValidationError) -> list[str]:
             lines.append(f"{variable} is required but not set")
             continue
         message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:  # a check of several variables together: its sentences name them
+            lines.extend(message.split("\n"))
+            continue
         lines.append(f"{variable} is not valid: {message}")
     return lines

@@ -112,6 +112,8 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     routes.mkdir(parents=True)
     (routes / "ghost-repo-pr-9.conf").write_text("# orphan\n")
     (routes / "acme-api-pr-3.conf").write_text("# kept\n")
+    (routes / "servers").mkdir()
+    (routes / "servers" / "ghost-repo-pr-9.conf").write_text("# orphan of host routing\n")
     orphan_dir = engine.settings.deployments_dir / "ghost-repo" / "pr-9"
     kept_dir = engine.settings.deployments_dir / "acme-api" / "pr-3"
     orphan_dir.mkdir(parents=True)
@@ -132,6 +134,7 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     assert docker("volume", "ls", "-q", "--filter", f"label={label}") == ""
     assert docker("network", "ls", "-q", "--filter", f"label={label}") == ""
     assert not (routes / "ghost-repo-pr-9.conf").exists() and (routes / "acme-api-pr-3.conf").exists()
+    assert not (routes / "servers" / "ghost-repo-pr-9.conf").exists()
     assert not orphan_dir.exists() and kept_dir.exists()
 
 

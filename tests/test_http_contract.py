@@ -55,6 +55,8 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
     assert set(doc["paths"]) == {
         "/health", "/openapi.json", "/api-docs", "/webhook/codehost", "/api/previews", "/api/plugins",
         "/api/previews/{deploymentId}", "/api/previews/{deploymentId}/logs", "/metrics", "/dashboard",
+        # PREVIEW_PROTECTION=token: nginx's auth_request and the link's first visit (docs/routing.md)
+        "/api/preview-access/{deploymentId}", "/api/preview-access/{deploymentId}/token",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]
     assert {"200", "400", "401", "403", "413", "500"} <= set(webhook["responses"])

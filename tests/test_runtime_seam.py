@@ -217,7 +217,7 @@ def test_startup_asks_the_runtime_what_it_owns_and_removes_what_has_no_record(
 def test_an_unknown_runtime_names_the_ones_there_are(make_settings: SettingsFactory) -> None:
     settings = make_settings(runtime="kubernetes")
     with pytest.raises(PluginError, match=r"RUNTIME 'kubernetes' is not provided by any plugin \(available: "
-                                          r"compose\)"):
+                                          r"compose, swarm\)"):
         DeployEngine(settings, plugins=build_plugin_host(load_entry_points=False))
 
 
@@ -249,3 +249,10 @@ def _db_password(engine: DeployEngine) -> str:
     from orchestrator.rendering import make_context
 
     return make_context("acme", "api", 3, 1, 1, engine.context.password_key()).db_password
+
+
+def test_every_built_in_runtime_implements_the_whole_interface(make_settings: SettingsFactory) -> None:
+    host = build_plugin_host(load_entry_points=False)
+    settings = make_settings(swarm_registry="127.0.0.1:5000")
+    for name in sorted(host.provided.runtimes):
+        assert host.runtime(name, settings).name == name  # PluginError when a method of Runtime is missing

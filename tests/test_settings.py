@@ -117,11 +117,3 @@ def test_version_flag() -> None:
     )
     assert result.stdout.strip() == "preview-orchestrator 0.1.0"
 
-
-@pytest.mark.parametrize(("name", "value"), [("preview_routing", "host"), ("preview_protection", "basic"),
-                                             ("preview_protection", "token")])
-def test_modes_not_built_yet_are_refused_not_ignored(name: str, value: str) -> None:
-    from orchestrator.settings import SettingsError, load_settings
-
-    with pytest.raises(SettingsError, match="not available in this release"):
-        load_settings(_env_file=None, codehost_webhook_secret="s" * 20, **{name: value})

@@ -1,118 +1,358 @@
-"""The per-pull-request nginx route: write, test, reload; a route that fails the test is rolled back."""
+"""The per-pull-request nginx route: write, test, reload; a route that fails the test is rolled back.
+
+Path routing (PREVIEW_ROUTING=path): a `location /{slug}/pr-{N}/` file in PROXY_CONFIG_DIR, included inside the
+site's server. Host routing (`host`): a `server` of its own per preview, `{slug}-pr-{N}.{PREVIEW_DOMAIN}`, in
+PROXY_CONFIG_DIR/servers/, included at http level (a server cannot stand inside another). Either carries the
+preview's protection (PREVIEW_PROTECTION): HTTP basic authentication, or nginx's auth_request asking the service
+about the cookie a signed link of the pull-request comment set (http/resources/preview_access.py).
+"""
 
 from __future__ import annotations
 
+import base64
+import grp
+import logging
+import os
+import pwd
 import re
+import secrets
 import shlex
+import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import httpx
+from pydantic import SecretStr
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
 from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.nginx_site import SERVERS_DIR, dump_command
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.secret_files import random_key, read_or_create
+from orchestrator.settings import TOKEN_PARAMETER, preview_host_label, protection_users, sign_preview_token
 
-LOCATION_TEMPLATE = r"""# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.
-location /{slug}/pr-{pr}/ {{
-    proxy_pass http://127.0.0.1:{port}/;
-    proxy_http_version 1.1;
-    proxy_set_header Host $host;
-    proxy_set_header X-Real-IP $remote_addr;
-    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    proxy_set_header X-Forwarded-Proto $scheme;
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
+
+_logger = logging.getLogger("orchestrator.adapters.nginx")
+
+HEADER = "# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.\n"
+
+PATH_LOCATION = r"""location /{slug}/pr-{pr}/ {{
+{guard}    proxy_pass http://{app_host}:{port}/;
     proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
     # An app that knows nothing of the prefix still works: redirects to its own root (relative, to 127.0.0.1 or
     # to the public host) come back under the prefix, cookies are scoped to it; other hosts are left alone.
     proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{slug}/pr-{pr}/)(.*)$"
                    $scheme://$http_host/{slug}/pr-{pr}/$1;
     proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
+{proxied}}}
+"""
+
+HOST_LOCATION = """    location / {{
+{guard}        proxy_pass http://{app_host}:{port};
+{proxied}    }}
+"""
+
+PROXIED = """    proxy_http_version 1.1;
+    proxy_set_header Host $host;
+    proxy_set_header X-Real-IP $remote_addr;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header X-Forwarded-Host $http_host;
     # Tells a response of this preview from nginx's own pages (the deploy waits for it before `running`).
     add_header X-Preview-Deployment {deployment_id} always;
     proxy_set_header Upgrade $http_upgrade;
     proxy_set_header Connection $http_connection;
     proxy_read_timeout 300s;
     proxy_connect_timeout 75s;
-}}
 """
 
+BASIC_GUARD = """    auth_basic "Preview {deployment_id}";
+    auth_basic_user_file {users_file};
+"""
+
+# The comment's link carries ?preview_token=…: handed to the service in a header (so that no URL the service
+# logs holds it), which sets the preview's cookie and redirects to the clean URL. Every other request needs that
+# cookie, checked by auth_request; without it, a short 401 page.
+TOKEN_GUARD = f"""    if ($arg_{TOKEN_PARAMETER}) {{{{
+        set $preview_token $arg_{TOKEN_PARAMETER};
+        rewrite ^ /.preview-orchestrator/token/{{deployment_id}}? last;
+    }}}}
+    auth_request /.preview-orchestrator/auth/{{deployment_id}};
+    error_page 401 /.preview-orchestrator/denied/{{deployment_id}};
+"""
+
+TOKEN_LOCATIONS = """location = /.preview-orchestrator/auth/{deployment_id} {{
+    internal;
+    proxy_method GET;
+    proxy_pass http://{service}/api/preview-access/{deployment_id};
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+}}
+location = /.preview-orchestrator/token/{deployment_id} {{
+    internal;
+    proxy_method GET;
+    proxy_pass http://{service}/api/preview-access/{deployment_id}/token;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Cookie "";
+    proxy_set_header X-Preview-Token $preview_token;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    add_header X-Preview-Deployment {deployment_id} always;
+}}
+location = /.preview-orchestrator/denied/{deployment_id} {{
+    internal;
+    default_type text/html;
+    add_header X-Preview-Deployment {deployment_id} always;
+    add_header Cache-Control no-store always;
+    return 401 "{denied}";
+}}
+"""  # noqa: S105 - a template, not a password
+DENIED_PAGE = ("<!doctype html><title>Preview protected</title><h1>This preview is protected</h1><p>Open it from "
+               "the link in the pull request's comment. The link expires; a new push renews it.</p>")
+
+HOST_SERVER = """server {{
+    listen {listen};
+    server_name {host};
+{tls}{body}}}
+"""
+
+HTTPS_REDIRECT = """    add_header X-Preview-Deployment {deployment_id} always;
+    return 301 https://$host{port_suffix}$request_uri;
+"""
+
+TLS_LINES = """    ssl_certificate {cert};
+    ssl_certificate_key {key};
+"""
 
 SERVED_HEADER = "X-Preview-Deployment"
 SERVED_TIMEOUT = 15.0
 SERVED_STREAK = 5
+REFUSED_GRACE = 3.0
+USERS_FILE = ".preview-users.htpasswd"  # PREVIEW_PROTECTION_USERS, hashed; a dot file no `include` matches
+# `user name [group];` of nginx's main context (statements split on `;`, `{`, `}`): who its workers are.
+_USER_DIRECTIVE = re.compile(r"(?:^|[;{}])\s*user\s+([^\s;]+)(?:\s+([^\s;]+))?\s*;")
 
 
 class ProxyError(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Routing:
+    """How reviewers reach previews and who may open them (PREVIEW_ROUTING, PREVIEW_DOMAIN, PREVIEW_TLS_*,
+    PREVIEW_PROTECTION*, PREVIEW_TOKEN_TTL_HOURS)."""
+
+    mode: Literal["path", "host"] = "path"
+    domain: str = "localhost"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_port: int = 443
+    protection: Literal["none", "basic", "token"] = "none"
+    users: SecretStr = field(default=SecretStr(""), repr=False)  # user:password,...: hashed into USERS_FILE
+    users_file: Path | None = None  # an operator's htpasswd file, used as is
+    service: str = "127.0.0.1:3000"  # where nginx asks the service about a preview's cookie (token)
+    token_key: Path | None = None
+    token_ttl_hours: float = 168.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Routing:
+        host = settings.orchestrator_host if settings.orchestrator_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
+        return cls(mode=settings.preview_routing, domain=settings.preview_domain or "localhost",
+                   tls_cert=settings.preview_tls_cert, tls_key=settings.preview_tls_key,
+                   tls_port=settings.preview_tls_port, protection=settings.preview_protection,
+                   users=settings.preview_protection_users, users_file=settings.preview_protection_users_file,
+                   service=f"[{host}]:{settings.orchestrator_port}" if ":" in host else
+                   f"{host}:{settings.orchestrator_port}",
+                   token_key=settings.preview_token_key_path, token_ttl_hours=settings.preview_token_ttl_hours)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
+
+
 class Proxy:
     def __init__(self, config_dir: Path, test_command: str, reload_command: str, env: HostEnv,
-                 public_host: str = "localhost", listen_port: int = 80) -> None:
+                 public_host: str = "localhost", listen_port: int = 80, routing: Routing | None = None) -> None:
         self.config_dir = config_dir
         self._env = env
         self._public_host = public_host  # host[:port] of PREVIEW_BASE_URL
         self._listen_port = listen_port
+        self._test_command = test_command
         self._test = shlex.split(test_command)
         self._reload = shlex.split(reload_command)
+        self.routing = routing or Routing()
+        self._users_text: str | None = None  # USERS_FILE's content, hashed once per process
+
+    @classmethod
+    def for_settings(cls, settings: Settings, env: HostEnv) -> Proxy:
+        """The service's proxy. With PREVIEW_PROTECTION_USERS, the users file is rewritten at once, so that a
+        restart with other credentials applies them to the previews already running."""
+        proxy = cls(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command, env,
+                    urlsplit(settings.preview_base_url or "http://localhost").netloc, settings.proxy_listen_port,
+                    Routing.from_settings(settings))
+        try:
+            proxy.write_users_file()
+        except (ProxyError, OSError) as exc:  # said again by the first deploy, which fails on it
+            _logger.warning("users file not written: %s", exc)
+        return proxy
+
+    def host_name(self, slug: str, pr: int) -> str:
+        return f"{preview_host_label(slug, pr)}.{self.routing.domain}"
 
     def path(self, slug: str, pr: int) -> Path:
+        """The preview's file: a location beside the others (path routing), or a server in SERVERS_DIR."""
+        if self.routing.mode == "host":
+            return self.config_dir / SERVERS_DIR / f"{slug}-pr-{pr}.conf"
         return self.config_dir / f"{slug}-pr-{pr}.conf"
 
-    def route(self, slug: str, pr: int, deployment_id: str, port: int) -> str:
-        return LOCATION_TEMPLATE.format(slug=slug, pr=pr, deployment_id=deployment_id, port=port,
-                                        public_name=re.escape(self._public_host.rsplit(":", 1)[0]))
+    def _other_path(self, slug: str, pr: int) -> Path:
+        """The file the other routing mode would have written (left by a change of PREVIEW_ROUTING)."""
+        if self.routing.mode == "host":
+            return self.config_dir / f"{slug}-pr-{pr}.conf"
+        return self.config_dir / SERVERS_DIR / f"{slug}-pr-{pr}.conf"
+
+    @property
+    def users_file(self) -> Path | None:
+        if self.routing.protection != "basic":
+            return None
+        return self.routing.users_file or self.config_dir / USERS_FILE
+
+    def route(self, slug: str, pr: int, deployment_id: str, port: int, app_host: str = "127.0.0.1") -> str:
+        routing = self.routing
+        guard, extra = "", ""
+        if routing.protection == "basic":
+            guard = BASIC_GUARD.format(deployment_id=deployment_id, users_file=self.users_file)
+        elif routing.protection == "token":
+            guard = TOKEN_GUARD.format(deployment_id=deployment_id)
+            extra = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
+        proxied = PROXIED.format(deployment_id=deployment_id)
+        if routing.mode == "path":
+            location = PATH_LOCATION.format(slug=slug, pr=pr, port=port, app_host=app_host, guard=guard,
+                                            proxied=proxied,
+                                            public_name=re.escape(self._public_host.rsplit(":", 1)[0]))
+            return HEADER.format(deployment_id=deployment_id) + location + extra
+        body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), proxied=_indent(proxied))
+                + _indent(extra))
+        host = self.host_name(slug, pr)
+        if not routing.tls:
+            return HEADER.format(deployment_id=deployment_id) + HOST_SERVER.format(
+                listen=self._listen_port, host=host, tls="", body=body)
+        suffix = "" if routing.tls_port == 443 else f":{routing.tls_port}"
+        plain = HOST_SERVER.format(listen=self._listen_port, host=host, tls="",
+                                   body=HTTPS_REDIRECT.format(deployment_id=deployment_id, port_suffix=suffix))
+        secure = HOST_SERVER.format(listen=f"{routing.tls_port} ssl", host=host, body=body,
+                                    tls=TLS_LINES.format(cert=routing.tls_cert, key=routing.tls_key))
+        return HEADER.format(deployment_id=deployment_id) + plain + secure
+
+    def reviewer_link(self, url: str, deployment_id: str, now: float | None = None) -> str:
+        """The link of the ready comment: the preview's URL, with PREVIEW_PROTECTION=token a signed token that
+        opens this preview only, until PREVIEW_TOKEN_TTL_HOURS from now. The record keeps the clean URL."""
+        if self.routing.protection != "token" or self.routing.token_key is None:
+            return url
+        key = read_or_create(self.routing.token_key, random_key)
+        expires = int((time.time() if now is None else now) + self.routing.token_ttl_hours * 3600)
+        return f"{url}?{TOKEN_PARAMETER}={sign_preview_token(key, deployment_id, expires)}"
+
+    def _probe(self, slug: str, pr: int) -> tuple[str, str, str | None]:
+        """Where to ask nginx for the preview: URL, Host header, TLS server name."""
+        if self.routing.mode == "path":
+            return f"http://127.0.0.1:{self._listen_port}/{slug}/pr-{pr}/", self._public_host, None
+        host = self.host_name(slug, pr)
+        if self.routing.tls:
+            return f"https://127.0.0.1:{self.routing.tls_port}/", host, host
+        return f"http://127.0.0.1:{self._listen_port}/", host, None
 
     def wait_served(self, slug: str, pr: int, deployment_id: str, log: DeploymentLog | None,
                     control: FlowControl, timeout: float = SERVED_TIMEOUT) -> None:
-        """Until nginx (on 127.0.0.1, PROXY_LISTEN_PORT, with the public host name) answers the preview's path
-        from this route — any status, told by SERVED_HEADER — and not from a worker that predates the reload.
-        Nothing listening there at all: the check cannot be made, which the log says; the deploy goes on."""
-        url = f"http://127.0.0.1:{self._listen_port}/{slug}/pr-{pr}/"
-        started, last, streak = time.monotonic(), "no answer", 0
+        """Until nginx (on 127.0.0.1, PROXY_LISTEN_PORT — or PREVIEW_TLS_PORT —, with the preview's path or
+        host name) answers from this route — told by SERVED_HEADER — and not from a worker that predates the
+        reload. Any status of the app will do; behind protection, nginx's own 401 (the probe has no
+        credentials), which also shows that the protection works (a users file nginx's workers cannot read
+        gives 500; a service nginx cannot reach, too). Nothing listening there at all: the check cannot be made,
+        which the log says; the deploy goes on."""
+        url, host, sni = self._probe(slug, pr)
+        protected = self.routing.protection != "none"
+        headers = {"Host": host}
+        if self.routing.protection == "basic":
+            # Without credentials nginx answers 401 without opening the users file; with made-up ones it reads
+            # the file (a 500 when its workers cannot) and still answers 401.
+            probe = base64.b64encode(f"preview-orchestrator-probe:{secrets.token_hex(16)}".encode()).decode()
+            headers["Authorization"] = f"Basic {probe}"
+        started, last, streak, refused = time.monotonic(), "no answer", 0, None
         # After a reload an old worker may still take a connection for a moment: served means SERVED_STREAK
-        # answers from the route in a row, each on a new connection.
+        # answers from the route in a row, each on a new connection. Until then, pauses of 0.05 s growing to 0.5 s.
+        pause = 0.05
         while True:
             control.check()
             try:
-                response = httpx.get(url, headers={"Host": self._public_host}, timeout=5.0, follow_redirects=False)
-                if response.headers.get(SERVED_HEADER) == deployment_id:
+                with httpx.Client(verify=False, timeout=5.0, follow_redirects=False, trust_env=False) as client:  # noqa: S501 - only whether nginx answers
+                    response = client.get(url, headers=headers,
+                                          extensions={"sni_hostname": sni} if sni else None)
+                refused = None
+                from_route = response.headers.get(SERVED_HEADER) == deployment_id
+                if from_route and (not protected or response.status_code == 401):
                     streak += 1
                     if streak >= SERVED_STREAK:
                         if log:
                             log.note(f"nginx serves the route ({response.status_code}, "
                                      f"{time.monotonic() - started:.2f}s after the reload)")
                         return
+                elif from_route:
+                    streak, last = 0, (f"{response.status_code} where the protection should answer 401 (a users "
+                                       "file nginx's workers cannot read, or a service nginx cannot reach: see "
+                                       "nginx's error log)")
                 else:
                     streak, last = 0, f"{response.status_code} without the preview's {SERVED_HEADER}"
-            except httpx.ConnectError:
-                if log:
-                    log.note(f"nothing listens on 127.0.0.1:{self._listen_port} (PROXY_LISTEN_PORT): the route "
-                             "could not be checked")
-                return
+            except httpx.ConnectError as exc:
+                if "SSL" in str(exc) or "ssl" in type(exc.__context__).__module__:
+                    streak, last = 0, f"TLS handshake failed ({exc})"
+                else:
+                    # A port the reload adds (PREVIEW_TLS_PORT's first server) is bound a moment after the reload
+                    # command returns: refused for REFUSED_GRACE seconds in a row means nothing listens there.
+                    refused = refused or time.monotonic()
+                    streak, last = 0, "connection refused"
+                    if time.monotonic() - refused >= min(REFUSED_GRACE, timeout):
+                        if log:
+                            log.note(f"nothing listens on {url} (PROXY_LISTEN_PORT, PREVIEW_TLS_PORT): the route "
+                                     "could not be checked")
+                        return
             except httpx.HTTPError as exc:
                 streak, last = 0, type(exc).__name__
             if time.monotonic() - started >= timeout:
-                raise ProxyError(f"Nginx route not served after {timeout:.0f}s: {url} answered {last}")
-            control.wait(0.05)
+                raise ProxyError(f"Nginx route not served after {timeout:.0f}s: {url} (Host {host}) answered {last}")
+            if streak:  # confirming: the next answers at once
+                control.wait(0.02)
+            else:
+                control.wait(pause)
+                pause = min(pause * 1.5, 0.5)
 
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
-                served: bool = False) -> None:
+                served: bool = False, host: str = "127.0.0.1") -> None:
         """Write the route, test the whole config, reload; restore the previous file if the test fails.
 
         `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
-        the route is then unchanged and nginx is left alone: a reload would only drop its open connections."""
-        path = self.path(slug, pr)
+        the route is then unchanged and nginx is left alone: a reload would only drop its open connections.
+        `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`)."""
+        path, other = self.path(slug, pr), self._other_path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
-        wanted = self.route(slug, pr, deployment_id, port)
-        if served and previous == wanted.encode():
+        left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
+        wanted = self.route(slug, pr, deployment_id, port, host)
+        self.write_users_file()
+        if served and previous == wanted.encode() and left is None:
             if log:
                 log.note("nginx route unchanged; not reloaded")
             return
-        self.config_dir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".conf.tmp")
         tmp.write_text(wanted)
         tmp.replace(path)
+        other.unlink(missing_ok=True)
         try:
             self._run(self._test, log)
             self._run(self._reload, log)
@@ -122,16 +362,77 @@ class Proxy:
                 path.unlink(missing_ok=True)
             else:
                 path.write_bytes(previous)
+            if left is not None:
+                other.write_bytes(left)
             raise
 
     def remove(self, slug: str, pr: int, log: DeploymentLog | None, reload_anyway: bool = False) -> None:
-        """Delete the route and reload. `reload_anyway`: the file may be gone while nginx still serves it
-        (a cleanup interrupted between the two), so reload even then."""
-        path = self.path(slug, pr)
-        if not path.exists() and not reload_anyway:
+        """Delete the route (of either routing mode) and reload. `reload_anyway`: the file may be gone while
+        nginx still serves it (a cleanup interrupted between the two), so reload even then."""
+        paths = [p for p in (self.path(slug, pr), self._other_path(slug, pr)) if p.exists()]
+        if not paths and not reload_anyway:
             return
-        path.unlink(missing_ok=True)
+        for path in paths:
+            path.unlink(missing_ok=True)
         self._run(self._reload, log)
+
+    def write_users_file(self) -> None:
+        """PREVIEW_PROTECTION_USERS as an htpasswd file nginx reads: SHA-512 crypt (`$6$`, `openssl passwd -6`,
+        the password on stdin, never in argv), beside the routes (nginx's workers open it on every request; the
+        state directory is private to the service), mode 0640, owned by root and the group of nginx's workers.
+        Written when its content changes; the hashes are made once per process."""
+        users = self.routing.users.get_secret_value().strip()
+        if self.routing.protection != "basic" or self.routing.users_file is not None or not users:
+            return
+        if self._users_text is None:
+            self._users_text = "".join(f"{user}:{_sha512_crypt(password, self._env)}\n"
+                                       for user, password in protection_users(users))
+        path = self.config_dir / USERS_FILE
+        gid = self._worker_gid()
+        try:
+            status = path.lstat()
+            if path.read_text() == self._users_text and (gid is None or status.st_gid == gid):
+                return
+        except OSError:
+            pass
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{USERS_FILE}.tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            if gid is not None:
+                os.fchown(handle.fileno(), os.geteuid(), gid)
+                os.fchmod(handle.fileno(), 0o640)
+            handle.write(self._users_text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+
+    def _worker_gid(self) -> int | None:
+        """The group of nginx's workers: `user` of `nginx -T` (its group, else the group named like the user),
+        else nginx's built-in default (nobody, group nogroup). None when the service is not root (then nginx,
+        reloaded by the service, runs as the service's user too) or the group cannot be told."""
+        if os.geteuid() != 0:
+            return None
+        user, group = "nobody", None
+        dump = dump_command(self._test_command)
+        if dump is not None:
+            try:
+                text = run(dump, cwd=None, env=self._env.tools(), timeout=60, log=None)
+            except CommandFailed:
+                text = ""
+            found = _USER_DIRECTIVE.search("\n".join(line.split("#", 1)[0] for line in text.splitlines()))
+            if found:
+                user, group = found[1], found[2] or found[1]
+        for name in ([group] if group else ["nogroup", "nobody"]):
+            try:
+                return grp.getgrnam(name).gr_gid
+            except KeyError:
+                continue
+        try:
+            return pwd.getpwnam(user).pw_gid
+        except KeyError:
+            return None
 
     def reload(self, log: DeploymentLog | None) -> None:
         self._run(self._reload, log)
@@ -141,3 +442,21 @@ class Proxy:
             run(argv, cwd=None, env=self._env.tools(), timeout=60, log=log)
         except CommandFailed as exc:
             raise ProxyError(f"{' '.join(argv)}: {exc.tail(5) or exc}") from exc
+
+
+def _indent(text: str) -> str:
+    return "".join(f"    {line}" if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _sha512_crypt(password: str, env: HostEnv) -> str:
+    """`openssl passwd -6`: SHA-512 crypt with a random salt, which nginx checks through the C library's crypt()
+    (every Debian host has both). The password goes on stdin; only the hash comes back."""
+    try:
+        result = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password + "\n", capture_output=True,
+                                text=True, timeout=30, env=env.tools(), check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProxyError(f"openssl passwd -6 could not run: {type(exc).__name__}") from None
+    hashed = result.stdout.strip()
+    if result.returncode != 0 or not hashed.startswith("$6$") or "\n" in hashed:
+        raise ProxyError(f"openssl passwd -6 failed: {result.stderr.strip()[-200:]}")
+    return hashed

@@ -20,7 +20,14 @@ import httpx
 
 from orchestrator.adapters.commands import CommandFailed, run
 from orchestrator.adapters.host_env import HostEnv
-from orchestrator.adapters.nginx_site import dump_command, includes_routes
+from orchestrator.adapters.nginx_site import (
+    NAMES_BUCKET_SIZE,
+    SERVERS_DIR,
+    dump_command,
+    includes_routes,
+    includes_servers,
+    names_bucket_size,
+)
 from orchestrator.settings import Settings
 from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
@@ -56,6 +63,10 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _free_ports(settings), lambda: _disk(settings), lambda: _allowed_repos(settings),
         lambda: _codehost(settings),
     ]
+    if settings.runtime == "swarm":
+        from orchestrator.cli.doctor_swarm import swarm_probes  # it builds on Check, defined here
+
+        probes += swarm_probes(settings, env)
     with ThreadPoolExecutor(max_workers=len(probes)) as pool:
         return list(pool.map(_safely, probes))
 
@@ -125,13 +136,28 @@ def _proxy_test(settings: Settings, env: HostEnv) -> Check:
 
 
 def _routes_included(settings: Settings, env: HostEnv) -> Check:
-    name = f"a server includes {settings.proxy_config_dir}/*.conf"
+    """Path routing: a server includes the location files. Host routing: the http level includes the servers
+    (PROXY_CONFIG_DIR/servers/*.conf; inside a server block nginx -t would refuse them)."""
+    host = settings.preview_routing == "host"
+    name = (f"nginx includes {settings.proxy_config_dir}/{SERVERS_DIR}/*.conf at http level (PREVIEW_ROUTING=host)"
+            if host else f"a server includes {settings.proxy_config_dir}/*.conf")
     dump = dump_command(settings.proxy_test_command)
     if dump is None:
         return Check(name, True, "cannot tell (PROXY_TEST_COMMAND is not nginx -t)")
     ok, output = _command(dump, env.tools())
     if not ok:
         return Check(name, False, "nginx -T failed", "fix the nginx configuration first")
+    if host:
+        found = includes_servers(output, settings.proxy_config_dir)
+        if not found:
+            return Check(name, False, "previews would reach nginx's default server",
+                         f"run preview-orchestrator setup-nginx, or add `include {settings.proxy_config_dir}/"
+                         f"{SERVERS_DIR}/*.conf;` outside any server block (e.g. in conf.d/) (docs/routing.md)")
+        bucket = names_bucket_size(output)
+        return Check(name, (bucket or 0) >= NAMES_BUCKET_SIZE,
+                     f"server_names_hash_bucket_size {bucket or 'unset (64)'}: long preview host names make "
+                     "nginx -t fail" if (bucket or 0) < NAMES_BUCKET_SIZE else "",
+                     f"set `server_names_hash_bucket_size {NAMES_BUCKET_SIZE};` once at http level")
     found = includes_routes(output, settings.proxy_config_dir)
     return Check(name, found, "" if found else "previews would answer 404",
                  "run preview-orchestrator setup-nginx, or add the include to your server block (README)")

@@ -20,7 +20,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import RuntimeFailure, app_address
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -86,8 +86,11 @@ class BuildSteps:
     def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,
               control: FlowControl) -> None:
         try:
-            self.c.proxy.install(target.slug, target.pr, event.deployment_id, record.exposedAppPort, target.log,
-                                 served=route_served)
+            host, port = app_address(self.c.runtime, event.deployment_id, record.exposedAppPort)
+            self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
+                                 served=route_served, host=host)
+        except RuntimeFailure as exc:
+            raise StepFailed(exc.message, exc.detail) from None
         except ProxyError as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
         try:  # `running` and the ready comment only once nginx's workers serve the new route

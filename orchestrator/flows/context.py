@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from orchestrator.adapters.build_commands import BuildCommands
 from orchestrator.adapters.codehost import CodeHost
@@ -59,9 +58,7 @@ class FlowContext:
         self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
                        Mirrors(settings.state_dir / "mirrors"))
-        self.proxy = Proxy(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command,
-                           self.env, urlsplit(settings.preview_base_url or "http://localhost").netloc,
-                           settings.proxy_listen_port)
+        self.proxy = Proxy.for_settings(settings, self.env)  # routing and protection: adapters/nginx.py
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))

@@ -58,7 +58,9 @@ class DeployFlow:
         set_fields(self.c.store, event.deployment_id, status="running", error=None)
         seconds = time.monotonic() - started
         target.log.note(f"running after {seconds:.1f}s")
-        self.reporter.comment(event, comment_id, comments.ready(record.url, event.commit_sha, seconds, stages))
+        # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
+        link = self.c.proxy.reviewer_link(record.url, event.deployment_id)
+        self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, stages))
         self.reporter.status(event, reported, "success",
                              f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
                              environment_url=record.url)

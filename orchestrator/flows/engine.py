@@ -4,6 +4,7 @@
     handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place)
                   → cleanup.py (closed)
     startup(...)  → reconcile.py (once, before the first event)    expired(now) → reconcile.py (the TTL)
+    watch()       → reconcile.py (running previews the runtime reports lost)
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class DeployEngine:
 
     def expired(self, now: datetime) -> list[DeploymentRecord]:
         return self.reconciler.expired(now)
+
+    def watch(self) -> int:
+        return self.reconciler.report_lost()
 
     def password_key(self) -> bytes:
         return self.context.password_key()

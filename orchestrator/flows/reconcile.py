@@ -9,11 +9,12 @@ from datetime import datetime, timedelta
 
 from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ProxyError
+from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
 from orchestrator.flows.context import FlowContext
-from orchestrator.flows.records import set_fields
+from orchestrator.flows.records import mark_lost, set_fields
 from orchestrator.flows.reporting import Reporter
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import RuntimeFailure, lost_previews
 from orchestrator.state.records import DeploymentRecord, StoreFile, event_for_record
 
 log = logging.getLogger("orchestrator.flows.reconcile")
@@ -48,6 +49,24 @@ class Reconciler:
         cutoff = now - timedelta(days=self.c.settings.cleanup_ttl_days)
         return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff]
 
+    def report_lost(self) -> int:
+        """Running previews the runtime knows to be gone (a swarm node that left): failed, with the reason in the
+        record, the comment and the deployment status; the next push deploys them again. Returns how many."""
+        running = [r for r in self.c.store.read().deployments.values() if r.status == "running"]
+        lost = self._quietly(lambda: lost_previews(self.c.runtime, [r.deploymentId for r in running])) or {}
+        reported = 0
+        for record in running:
+            why = lost.get(record.deploymentId)
+            if why is None or not mark_lost(self.c.store, record, why):
+                continue  # not lost, or a flow took the preview over meanwhile
+            reported += 1
+            log.warning("lost: %s", why, extra={"deploymentId": record.deploymentId})
+            event = event_for_record(record, "synchronize", f"lost-{record.deploymentId}")
+            if record.commentId is not None:
+                self.reporter.comment(event, record.commentId, comments.failed(why, record.commitSha))
+            self.reporter.status(event, record.codehostDeploymentId, "failure", why)
+        return reported
+
     def _settle_interrupted(self, record: DeploymentRecord) -> None:
         """A deploy a crash cut short: failed, and the pull request's comment and deployment say so."""
         set_fields(self.c.store, record.deploymentId, status="failed", error=INTERRUPTED)
@@ -59,7 +78,10 @@ class Reconciler:
 
     def _remove_stale_routes(self, data: StoreFile) -> None:
         routes = {f"{r.projectSlug}-pr-{r.prNumber}.conf" for r in data.deployments.values()}
-        stale = [p for p in self.c.settings.proxy_config_dir.glob("*-pr-*.conf") if p.name not in routes]
+        # both routing modes' files: locations beside the site (path) and servers (host, SERVERS_DIR)
+        found = [*self.c.settings.proxy_config_dir.glob("*-pr-*.conf"),
+                 *self.c.settings.proxy_config_dir.glob(f"{SERVERS_DIR}/*-pr-*.conf")]
+        stale = [p for p in found if p.name not in routes]
         for path in stale:
             path.unlink(missing_ok=True)
         if stale:

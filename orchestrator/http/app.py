@@ -12,6 +12,7 @@ import swagger_ui_bundle
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.ttl import TtlScheduler
+from orchestrator.events.watch import RuntimeWatch
 from orchestrator.flows.handler import EventHandler, load_handler
 from orchestrator.http.openapi import build_openapi
 from orchestrator.http.resources import errors
@@ -21,6 +22,7 @@ from orchestrator.http.resources.docs import DOCS_STATIC_ROUTE, ApiDocsInitResou
 from orchestrator.http.resources.health import HealthResource
 from orchestrator.http.resources.metrics import MetricsResource
 from orchestrator.http.resources.plugins import PluginListResource
+from orchestrator.http.resources.preview_access import PreviewAccess, PreviewAccessResource, PreviewTokenResource
 from orchestrator.http.resources.previews import PreviewListResource, PreviewResource
 from orchestrator.http.resources.webhook import WebhookResource
 from orchestrator.observability.metrics import Metrics
@@ -32,7 +34,8 @@ log = logging.getLogger("orchestrator")
 
 
 class Lifespan:
-    """Start-up: reconcile, start the dispatcher and the TTL scheduler; shutdown: stop both (ASGI lifespan)."""
+    """Start-up: reconcile, start the dispatcher, the TTL scheduler and the runtime watch; shutdown: stop them
+    (ASGI lifespan)."""
 
     def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
         self._dispatcher = dispatcher
@@ -40,6 +43,7 @@ class Lifespan:
         self._handler = handler
         self._settings = settings
         self._ttl: TtlScheduler | None = None
+        self._watch: RuntimeWatch | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         startup = getattr(self._handler, "startup", None)
@@ -54,10 +58,16 @@ class Lifespan:
             self._ttl = TtlScheduler(expired, self._inbox, self._dispatcher,
                                      self._settings.ttl_check_interval_seconds)
             self._ttl.start()
+        watch = getattr(self._handler, "watch", None)
+        if watch is not None:  # running previews a runtime reports lost (a swarm node that left)
+            self._watch = RuntimeWatch(watch, self._settings.runtime_watch_interval_seconds)
+            self._watch.start()
 
     async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         if self._ttl:
             await self._ttl.stop()
+        if self._watch:
+            await self._watch.stop()
         await self._dispatcher.stop()
 
 
@@ -94,4 +104,8 @@ def create_app(
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
+    # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
+    access = PreviewAccess(settings)
+    app.add_route("/api/preview-access/{deployment_id}", PreviewAccessResource(access))
+    app.add_route("/api/preview-access/{deployment_id}/token", PreviewTokenResource(access))
     return app

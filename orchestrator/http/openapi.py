@@ -241,8 +241,57 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/preview-access/{deploymentId}": {
+            "get": {
+                "operationId": "checkPreviewAccess",
+                "summary": "PREVIEW_PROTECTION=token: whether a request may open the preview (nginx auth_request)",
+                "description": "Asked by nginx for every request to a preview protected by tokens: 204 when the "
+                               "request carries the preview's `preview_access` cookie with a valid, unexpired token "
+                               "of this deployment.",
+                "parameters": [_deployment_parameter(),
+                               {"name": "preview_access", "in": "cookie", "required": False,
+                                "schema": {"type": "string"}, "description": "Set by the comment's link"}],
+                "responses": {
+                    "204": {"description": "Access granted"},
+                    "400": _error("Invalid deployment id"),
+                    "401": _error("No valid access cookie for this preview"),
+                    "404": _error("Previews are not protected by tokens (PREVIEW_PROTECTION)"),
+                },
+            }
+        },
+        "/api/preview-access/{deploymentId}/token": {
+            "get": {
+                "operationId": "openPreviewLink",
+                "summary": "PREVIEW_PROTECTION=token: the first visit through the comment's link (through nginx)",
+                "description": "nginx passes the link's token in a header (no URL holds it). A valid token sets "
+                               "the preview's cookie (scoped to the preview) and redirects to the address without "
+                               "the token.",
+                "parameters": [
+                    _deployment_parameter(),
+                    {"name": "X-Preview-Token", "in": "header", "required": False, "schema": {"type": "string"},
+                     "description": "The `preview_token` of the comment's link"},
+                    {"name": "X-Original-URI", "in": "header", "required": False, "schema": {"type": "string"},
+                     "description": "The reviewer's request URI (where to redirect, without the token)"},
+                ],
+                "responses": {
+                    "302": {"description": "Cookie set; redirect to the preview's address without the token",
+                            "headers": {"Location": {"schema": {"type": "string"}},
+                                        "Set-Cookie": {"schema": {"type": "string"}}}},
+                    "400": _error("Invalid deployment id"),
+                    "401": {"description": "The token is invalid, expired or of another preview",
+                            "content": _body("text/html")},
+                    "404": _error("Previews are not protected by tokens (PREVIEW_PROTECTION)"),
+                },
+            }
+        },
         "/metrics": _document_get("getMetrics", "Prometheus metrics (text format, or OpenMetrics when asked for)",
                                   "Metrics", "text/plain"),
         "/dashboard": _document_get("getDashboard", "Every preview on one self-refreshing HTML page (also at /)",
                                     "HTML page", "text/html"),
     }
+
+
+def _deployment_parameter() -> dict[str, Any]:
+    return {"name": "deploymentId", "in": "path", "required": True,
+            "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
+            "description": "{projectSlug}-{prNumber}; anything else is answered 400"}

@@ -7,6 +7,12 @@ and `po_runtime` hooks, and the operator picks it with the RUNTIME setting.
 
 A runtime raises RuntimeFailure for a step that failed (the flows turn it into the spec's failure message and
 show `detail` in the pull-request comment); it never raises for "nothing to do".
+
+Optional: a runtime whose app does not answer on this host (a swarm node) also has
+`app_address(deployment_id, app_port) -> (host, port)`, where nginx on this host must proxy the preview; a runtime
+without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see `app_address` below). Also
+optional: `lost_previews(deployment_ids) -> {deployment_id: why}`, the running previews it knows to be gone for
+good (their swarm node left); the service marks them failed (see `lost_previews` below).
 """
 
 from __future__ import annotations
@@ -91,3 +97,26 @@ class Runtime(Protocol):
     def remove_leftovers(self, owner_marker: str) -> None:
         """Start-up: remove what an earlier run of this service (`owner_marker`) left running for itself
         (build-command containers)."""
+
+
+LOCAL_APP_HOST = "127.0.0.1"
+
+
+def app_address(runtime: Runtime, deployment_id: str, app_port: int) -> tuple[str, int]:
+    """Where nginx must proxy the preview's app: the runtime's own `app_address` when it has one, else this
+    host's loopback and the preview's port. Kept out of the Runtime protocol so that runtimes written before it
+    still satisfy the protocol unchanged."""
+    method = getattr(runtime, "app_address", None)
+    if method is None:
+        return LOCAL_APP_HOST, app_port
+    host, port = method(deployment_id, app_port)
+    return str(host), int(port)
+
+
+def lost_previews(runtime: Runtime, deployment_ids: list[str]) -> dict[str, str]:
+    """Running previews the runtime knows to be gone (deployment id -> why, one sentence); none when the
+    runtime cannot tell (it has no `lost_previews`)."""
+    method = getattr(runtime, "lost_previews", None)
+    if method is None or not deployment_ids:
+        return {}
+    return {str(key): str(value) for key, value in method(deployment_ids).items()}

@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.mailpit",
     "plugins.minio",
     "orchestrator.runtime.compose",
+    "orchestrator.runtime.swarm",
 )
 
 

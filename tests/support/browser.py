@@ -18,7 +18,10 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @contextmanager
-def chromium(width: int = 1280, height: int = 720) -> Iterator[webdriver.Chrome]:
+def chromium(width: int = 1280, height: int = 720, *, resolve_to_loopback: str | None = None,
+             trust_any_certificate: bool = False) -> Iterator[webdriver.Chrome]:
+    """`resolve_to_loopback="*.preview.test"` sends those host names to 127.0.0.1 and every other name nowhere (a
+    wildcard DNS record without touching the host's resolver); `trust_any_certificate` for a test's own CA."""
     if not shutil.which(CHROMIUM) or not shutil.which(CHROMEDRIVER):
         raise RuntimeError("chromium and chromium-driver are not installed; run scripts/prepare-test-host")
     options = webdriver.ChromeOptions()
@@ -28,6 +31,11 @@ def chromium(width: int = 1280, height: int = 720) -> Iterator[webdriver.Chrome]
                  "--disable-sync", "--no-first-run", "--metrics-recording-only", "--disable-extensions",
                  f"--window-size={width},{height}"):
         options.add_argument(flag)
+    if resolve_to_loopback:
+        options.add_argument(f"--host-resolver-rules=MAP {resolve_to_loopback} 127.0.0.1, MAP * ~NOTFOUND, "
+                             "EXCLUDE 127.0.0.1")
+    if trust_any_certificate:
+        options.add_argument("--ignore-certificate-errors")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:

@@ -24,20 +24,27 @@ http {{
     uwsgi_temp_path {dir}/tmp/uwsgi;
     scgi_temp_path {dir}/tmp/scgi;
     server {{
-        listen 127.0.0.1:{port};
+        listen {address}{port};
         location = /nginx-alive {{ return 200 "alive"; }}
         location / {{ return 404; }}
         include {routes}/*.conf;
     }}
+    # Host routing: one server per preview (setup-nginx's site includes them the same way, and makes room for
+    # their long names).
+    include {routes}/servers/*.conf;
+    server_names_hash_bucket_size 256;
 }}
 """
 
 
 class Nginx:
-    def __init__(self, directory: Path, routes: Path) -> None:
+    def __init__(self, directory: Path, routes: Path, all_addresses: bool = False) -> None:
+        """`all_addresses`: listen on *:port, as setup-nginx's site does — host routing's servers listen there, and
+        nginx gives a server of a more specific address (127.0.0.1:port) the requests to that address."""
         self.dir = directory
         self.routes = routes
         self.port = free_port()
+        self.address = "" if all_addresses else "127.0.0.1:"
         self.conf = directory / "nginx.conf"
 
     @property
@@ -58,7 +65,7 @@ class Nginx:
     def start(self) -> Nginx:
         (self.dir / "tmp").mkdir(parents=True, exist_ok=True)
         self.routes.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(CONFIG.format(dir=self.dir, port=self.port, routes=self.routes))
+        self.conf.write_text(CONFIG.format(dir=self.dir, port=self.port, routes=self.routes, address=self.address))
         subprocess.run(shlex.split(self.command()), check=True, timeout=30)
         for _ in range(100):
             try:

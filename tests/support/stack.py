@@ -108,10 +108,12 @@ def service_env(codehost: FakeCodeHost, nginx: Nginx, **extra: str) -> dict[str,
     ) | extra
 
 
-def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None, **extra: str) -> Stack:
+def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None, nginx_all_addresses: bool = False,
+                **extra: str) -> Stack:
+    """`nginx_all_addresses`: nginx listens on *:port like setup-nginx's site (PREVIEW_ROUTING=host needs it)."""
     require_engine()
     codehost = FakeCodeHost().start()
-    nginx = Nginx(root / "nginx", root / "proxy").start()
+    nginx = Nginx(root / "nginx", root / "proxy", all_addresses=nginx_all_addresses).start()
     if reload_command is not None:
         extra["PROXY_RELOAD_COMMAND"] = reload_command(nginx)
     service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
@@ -143,6 +145,7 @@ def assert_fully_removed(stack: Stack, pr: int) -> None:
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.git").exists()
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
     assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
+    assert not (stack.root / "proxy" / "servers" / f"{SLUG}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host
     store = stack.store()
     assert deployment not in store["deployments"] and deployment not in store["portAllocations"]
     wait_until(lambda: stack.page(pr).status_code == 404, timeout=10, message="route gone")

@@ -1,0 +1,314 @@
+"""The `swarm` runtime: a preview is a stack (stack name = deployment id) on a Docker Swarm.
+
+The service runs on a manager and uses its Docker engine. A deploy builds with `docker compose build` there,
+pushes every image of the preview to SWARM_REGISTRY (built ones as `{registry}/{deployment}/{service}:{image id}`,
+a tag per content, so a push that changes nothing of a service does not restart it; the others into a shared
+mirror, swarm_registry.py), turns the compose file into a stack file (swarm_stack.py) and runs `docker stack
+deploy`.
+
+A preview lives on one node, chosen at its first deploy (the ready worker with the fewest previews) and kept on
+its services (a placement constraint and the label NODE_LABEL): the database's volume is on that node, and the
+app's host-mode port answers at that node's address, which is where nginx proxies (`app_address`). A preview
+whose node is gone moves to another node on its next deploy, with an empty database.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.plugin_api import ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.rendering.compose_document import dump_compose
+from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm_registry import Registry, RegistryError
+from orchestrator.runtime.swarm_removal import remove_deployment
+from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
+from orchestrator.runtime.swarm_tasks import PENDING, STUCK_SECONDS, await_services, node_lost, task_problem
+from orchestrator.settings import Settings
+
+NAME = "swarm"
+WATCHED = ("app", "db")
+STACK_FILE = "stack.yml"
+
+
+@hookimpl(trylast=True)
+def po_runtimes() -> list[RuntimeSpec]:
+    return [RuntimeSpec(name=NAME, description="docker stack deploy on a Docker Swarm (one stack per preview, "
+                                               "images through SWARM_REGISTRY)")]
+
+
+@hookimpl(trylast=True)
+def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
+    if name != NAME:
+        return None
+    return SwarmRuntime(Registry(settings.swarm_registry, settings.swarm_registry_scheme),
+                        settings.swarm_node_engines, settings.compose_timeout_seconds,
+                        HostEnv.for_state_dir(settings.state_dir))
+
+
+class SwarmRuntime:
+    name = NAME
+
+    def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv) -> None:
+        self.registry = registry
+        self.compose = Compose(timeout, env)
+        self.docker = DockerResources(env)
+        self.cli = SwarmCli(env, node_engines, timeout)
+        self._images: dict[str, dict[str, str]] = {}  # deployment -> service -> pushed reference (build -> start)
+        self._baseline: dict[str, set[str]] = {}  # task ids from before the last start: not this attempt's
+        self._address: dict[str, str] = {}  # deployment -> its node's address
+        self._started: dict[str, float] = {}  # deployment -> when its last start began (monotonic)
+        self._placed: dict[str, str] = {}  # deployment -> node chosen by this process (deploys run in parallel)
+
+    def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
+        return self.compose.normalized(compose_file, deployment_id)
+
+    def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("docker compose could not read the compose file"):  # refused before anything is built
+            self._plan(deployment_id, self.compose.normalized(compose_file, deployment_id), None, "-", [])
+        with _failure("Docker build failed"):
+            self.compose.build(deployment_id, compose_file, log, control)
+        with _failure("Images could not be pushed to SWARM_REGISTRY"):
+            self._images[deployment_id] = self._push(deployment_id, compose_file, log, control)
+
+    def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
+                      control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
+        with _failure("The app image's entrypoint could not be read"):
+            try:
+                return self.docker.image_command(image)
+            except CommandFailed:  # an `image:` the build did not make: pulled on the manager
+                self.compose.pull(deployment_id, compose_file, service, log, control)
+                return self.docker.image_command(image)
+
+    def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+                           control: FlowControl) -> None:
+        """Nothing early: the stack is deployed in waves by `start` (db first, then the app once db is healthy)."""
+
+    def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        with _failure("Containers failed to start"):
+            document = self.compose.normalized(compose_file, deployment_id)
+            images = self._images.pop(deployment_id, None) or self._push(deployment_id, compose_file, log, control)
+            node, former = self._place(deployment_id, log)
+            plan = self._plan(deployment_id, document, images, node.id, former)
+            for note in plan.notes:
+                log.note(note)
+            log.note(f"the preview runs on node {node.hostname} ({node.address})")
+            self._baseline[deployment_id] = {task.id for task in self.cli.tasks(deployment_id)}
+            self._started[deployment_id] = time.monotonic()
+            self._address[deployment_id] = node.address
+            # Not in the checkout: a file of the pull request's must never be where the service writes.
+            with tempfile.TemporaryDirectory(prefix="po-stack-") as scratch:
+                self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control)
+
+    def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
+        """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
+        with _failure("Containers could not be stopped"):
+            services = self.cli.services(f"{STACK_LABEL}={deployment_id}")
+            self.cli.scale_to_zero([service["Spec"]["Name"] for service in services], log)
+
+    def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        self._images.pop(deployment_id, None)
+        self._baseline.pop(deployment_id, None)
+        self._address.pop(deployment_id, None)
+        self._started.pop(deployment_id, None)
+        self._placed.pop(deployment_id, None)
+        return remove_deployment(self.cli, self.registry, deployment_id)
+
+    def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
+        with _failure("Container logs could not be read"):
+            names = [service] if service else sorted(
+                s["Spec"]["Name"].removeprefix(f"{deployment_id}_")
+                for s in self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+            parts = []
+            for name in names:
+                output = self.cli.service_logs(f"{deployment_id}_{name}", tail)
+                parts += [f"{name}  | {line}" for line in output.splitlines()[-tail:]]
+            return "\n".join(parts) + ("\n" if parts else "")
+
+    def problem(self, deployment_id: str) -> str | None:
+        with _failure("Swarm tasks could not be listed"):
+            tasks = self.cli.tasks(deployment_id)
+            baseline = self._baseline.get(deployment_id, set())
+            patient = time.monotonic() - self._started.get(deployment_id, 0.0) < STUCK_SECONDS
+            for service in WATCHED:
+                found = task_problem(service, tasks, baseline)
+                if found is not None and not (patient and found.endswith(PENDING)):
+                    return found
+            if all(task.state == "running" for task in tasks if task.desired == "running"):
+                return None
+            return self._node_problem(deployment_id)
+
+    def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
+        """Previews whose node is down or gone: their database's volume is there, so they stay down until a
+        push moves them (Runtime's optional `lost_previews`)."""
+        with _failure("Swarm nodes could not be listed"):
+            nodes = {node.id: node for node in self.cli.nodes()}
+            pins = {}
+            for service in self.cli.services(NODE_LABEL):
+                labels = service["Spec"].get("Labels") or {}
+                pins[labels.get(STACK_LABEL, "")] = labels.get(NODE_LABEL, "")
+        lost = {}
+        for deployment_id in deployment_ids:
+            if deployment_id in pins and (why := node_lost(pins[deployment_id], nodes)) is not None:
+                lost[deployment_id] = why
+        return lost
+
+    def owned(self, deployment_id: str | None = None) -> dict[str, str]:
+        label = DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}"
+        found: dict[str, str] = {}
+        with _failure("Swarm resources could not be listed"):
+            for service in self.cli.services(label):
+                found[f"service:{service['Spec']['Name']}"] = service["Spec"]["Labels"].get(DEPLOYMENT_LABEL, "")
+            found.update({f"network:{name}": owner for name, owner in self.cli.networks(label).items()})
+            manager = self.cli.swarm_info().get("Name", "")
+            for node in self.cli.nodes():
+                engine = self.cli.engine(node.hostname, manager)
+                if engine is None or node.state != "ready":
+                    continue
+                found.update({f"volume:{node.hostname}/{name}": owner
+                              for name, owner in self.cli.node_volumes(engine, label).items()})
+        try:
+            for repository, tags in self.registry.tags(deployment_id).items():
+                owner = Registry.owner(repository, self.registry.namespace)
+                found.update({f"image:{repository}:{tag}": owner for tag in tags})
+        except RegistryError:
+            pass  # the registry being away must not hide the stacks and volumes; its tags are found next time
+        return found
+
+    def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
+        host, port = self.app_address(deployment_id, app_port)
+        return f"http://{host}:{port}{path}"
+
+    def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
+        """The app's port is published in host mode: it answers at its node's address only."""
+        if deployment_id not in self._address:
+            with _failure("The preview's node could not be found"):
+                pinned = self._pinned(deployment_id)[0]
+                address = next((node.address for node in self.cli.nodes() if node.id == pinned), "")
+            if not address:
+                raise RuntimeFailure("The preview's node could not be found", f"{deployment_id} has no stack")
+            self._address[deployment_id] = address
+        return self._address[deployment_id], app_port
+
+    def ports_in_use(self) -> set[int]:
+        with _failure("Published ports could not be listed"):
+            return self.cli.published_ports()
+
+    def remove_leftovers(self, owner_marker: str) -> None:
+        with _failure("Containers of the previous run could not be removed"):
+            self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
+
+    # Helpers ------------------------------------------------------------------------------------------------
+
+    def _push(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
+              control: FlowControl) -> dict[str, str]:
+        """Every image of the preview into the registry: the built ones under the deployment, the `image:` ones
+        into the shared mirror (the nodes need nothing but SWARM_REGISTRY)."""
+        document = self.compose.normalized(compose_file, deployment_id)
+        images: dict[str, str] = {}
+        for name, service in (document.get("services") or {}).items():
+            built = service.get("build") is not None
+            local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
+            ident = self._image_id(local)
+            if ident is None:
+                self.compose.pull(deployment_id, compose_file, name, log, control)
+                ident = self._image_id(local) or ""
+            tag = ident.removeprefix("sha256:")[:12]
+            reference = (self.registry.reference(deployment_id, name, tag) if built
+                         else self.registry.mirror_reference(local, tag))
+            self.cli.docker(["tag", local, reference], log=log)
+            self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
+            images[name] = reference
+        return images
+
+    @staticmethod
+    def _plan(deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
+              former: list[str]) -> StackPlan:
+        """The stack file; `images` None: only whether the swarm can run the file at all."""
+        if images is None:
+            images = {str(name): "-" for name in document.get("services") or {}}
+        try:
+            return plan_stack(document, deployment_id, images, node_id, former)
+        except StackRefused as exc:
+            raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
+
+    def _image_id(self, image: str) -> str | None:
+        try:
+            return self.cli.docker(["image", "inspect", "--format", "{{.Id}}", image], timeout=30).strip()
+        except CommandFailed:
+            return None
+
+    def _pinned(self, deployment_id: str) -> tuple[str | None, list[str]]:
+        """The node the stack's services are pinned to, and the nodes it was pinned to before."""
+        for service in self.cli.services(f"{STACK_LABEL}={deployment_id}"):
+            labels = service["Spec"].get("Labels") or {}
+            if labels.get(NODE_LABEL):
+                return labels[NODE_LABEL], [n for n in labels.get(FORMER_LABEL, "").split(",") if n]
+        return None, []
+
+    def _place(self, deployment_id: str, log: DeploymentLog) -> tuple[SwarmNode, list[str]]:
+        nodes = {node.id: node for node in self.cli.nodes()}
+        pinned, former = self._pinned(deployment_id)
+        if pinned is not None:
+            node = nodes.get(pinned)
+            if node is not None and node.usable:
+                return node, former
+            where = f"{node.hostname} is {node.state}" if node else f"{pinned} left the swarm"
+            log.note(f"the node this preview ran on ({where}): it moves to another node; its database starts empty")
+            former = [*former, pinned]
+        usable = [node for node in nodes.values() if node.usable]
+        if not usable:
+            raise RuntimeFailure("No swarm node is ready to run the preview", "docker node ls: no node is Ready "
+                                 "and Active")
+        load: dict[str, set[str]] = {}
+        for service in self.cli.services(NODE_LABEL):
+            labels = service["Spec"].get("Labels") or {}
+            load.setdefault(labels.get(NODE_LABEL, ""), set()).add(labels.get(STACK_LABEL, ""))
+        for other, node_id in self._placed.items():  # chosen by a deploy running beside this one
+            load.setdefault(node_id, set()).add(other)
+        candidates = [node for node in usable if not node.manager] or usable  # managers only when alone
+        chosen = min(candidates, key=lambda n: (len(load.get(n.id, ())), n.hostname))
+        self._placed[deployment_id] = chosen.id
+        return chosen, former
+
+    def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
+                control: FlowControl) -> None:
+        """One `docker stack deploy` per wave; the last one has every service and prunes the ones the compose
+        file no longer has."""
+        for index, wave in enumerate(plan.waves):
+            last = index == len(plan.waves) - 1
+            stack_file.write_text(dump_compose(plan.document if last else plan.subset(index)), encoding="utf-8")
+            self.cli.deploy(deployment_id, stack_file, log, control, prune=last)
+            awaited = [name for name in wave if name in plan.awaited]
+            if not last and awaited:
+                log.note(f"waiting for {', '.join(awaited)} before starting what depends on them")
+                await_services(self.cli, deployment_id, {name: plan.awaited[name] for name in awaited},
+                               self._baseline.get(deployment_id, set()), control)
+
+    def _node_problem(self, deployment_id: str) -> str | None:
+        pinned = self._pinned(deployment_id)[0]
+        if pinned is None:
+            return None
+        return node_lost(pinned, {node.id: node for node in self.cli.nodes()})
+
+
+@contextmanager
+def _failure(message: str) -> Iterator[None]:
+    """A failed command (or a compose file compose cannot read) becomes the runtime's RuntimeFailure."""
+    try:
+        yield
+    except CommandFailed as exc:
+        raise RuntimeFailure(message, exc.tail()) from None
+    except ConfigError as exc:
+        raise RuntimeFailure(message, "; ".join(exc.problems)) from None
+    except OSError as exc:
+        raise RuntimeFailure(message, str(exc)) from None

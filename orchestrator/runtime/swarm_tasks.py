@@ -1,0 +1,74 @@
+"""Reading a preview's swarm tasks: why a service is not running (exited, restarting, rejected, not placeable),
+waiting for the services others depend on, and whether the preview's node is gone."""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.runtime.swarm_cli import SwarmCli, SwarmNode, Task
+
+WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
+STUCK_SECONDS = 15.0  # a task pending with a scheduler error this long will not be placed
+FAILED_STATES = ("failed", "rejected")
+PENDING = " (pending)"  # ends the problem of a task the scheduler cannot place (yet)
+
+
+def await_services(cli: SwarmCli, deployment_id: str, wanted: dict[str, str], baseline: set[str],
+                   control: FlowControl) -> None:
+    """Until each service runs (healthy, when it has a health check) or has completed, as its dependents
+    ask; a failed or unplaceable task fails the start, as compose fails `up` for a dependency."""
+    started = time.monotonic()
+    while True:
+        tasks = cli.tasks(deployment_id)
+        waiting = []
+        for name, state in wanted.items():
+            mine = [task for task in tasks if task.service == name]
+            if any(task.state == state and (state == "complete" or task.desired == "running") for task in mine):
+                continue
+            problem = task_problem(name, tasks, baseline)
+            if problem is not None and (not problem.endswith(PENDING) or
+                                        time.monotonic() - started > STUCK_SECONDS):
+                raise RuntimeFailure("Containers failed to start", f"dependency failed to start: {problem}")
+            waiting.append(name)
+        if not waiting:
+            return
+        if time.monotonic() - started > WAVE_TIMEOUT:
+            raise RuntimeFailure("Containers failed to start", f"{', '.join(waiting)} not up after "
+                                 f"{WAVE_TIMEOUT:.0f} s (is the health check passing?)")
+        control.check()
+        control.wait(0.5)
+
+
+def node_lost(pinned: str, nodes: dict[str, SwarmNode]) -> str | None:
+    node = nodes.get(pinned)
+    if node is None:
+        return "The preview's swarm node left the swarm; push a commit to deploy it on another node"
+    if node.state != "ready":
+        return (f"The preview's swarm node {node.hostname} is {node.state} (it left the swarm or its engine "
+                "stopped); push a commit to deploy it on another node")
+    return None
+
+
+def task_problem(service: str, tasks: list[Task], baseline: set[str]) -> str | None:
+    """Why `service` is not running, from its tasks of this attempt (those not in `baseline`)."""
+    mine = [task for task in tasks if task.service == service]
+    failed = [task for task in mine if task.id not in baseline and task.state in FAILED_STATES]
+    current = [task for task in mine if task.desired in ("running", "ready")]
+    if failed:
+        last = failed[0]
+        code = last.exit_code
+        if current:
+            return f"{service} is restarting (exit code {code})" if code is not None else \
+                f"{service} is restarting ({last.error})"
+        if last.state == "rejected" or code is None:
+            return f"{service} could not start on {last.node or 'any node'}: {last.error or last.state}"
+        return f"{service} exited with code {code}"
+    done = [task for task in mine if task.id not in baseline and task.state == "complete"]
+    if done and not current:
+        return f"{service} exited with code 0"
+    pending = [task for task in current if task.state == "pending" and task.error]
+    if pending:
+        return f"{service} cannot be placed: {pending[0].error}{PENDING}"
+    return None

@@ -1,0 +1,198 @@
+"""The swarm runtime's parts that need no swarm: the compose file turned into a stack file (and what is
+refused), the settings, task states read as problems, registry names, and the optional `app_address`."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.plugin_api import app_address
+from orchestrator.runtime.swarm_cli import Task
+from orchestrator.runtime.swarm_registry import Registry
+from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
+from orchestrator.runtime.swarm_tasks import task_problem
+from orchestrator.settings import SettingsError
+from tests.conftest import SettingsFactory
+
+DEP = "acme-api-3"
+LABEL = {"dev.preview-orchestrator.deployment": DEP}
+RESOURCES = {"resources": {"limits": {"cpus": 0.5, "memory": "536870912"},
+                           "reservations": {"cpus": 0.25, "memory": "268435456"}}, "placement": {}}
+# `docker compose config --format json` of a generated python + postgres + redis preview (trimmed).
+GENERATED: dict[str, Any] = {
+    "name": DEP,
+    "networks": {"default": {"name": f"{DEP}_default", "ipam": {}, "labels": LABEL}},
+    "services": {
+        "app": {"build": {"context": "/w", "dockerfile": "Dockerfile.preview-orchestrator"}, "command": None,
+                "container_name": "acme-api-pr-3-app",
+                "depends_on": {"db": {"condition": "service_healthy", "required": True},
+                               "redis": {"condition": "service_healthy", "required": True}},
+                "deploy": RESOURCES, "entrypoint": None, "environment": {"PORT": "8000", "UNSET": None},
+                "labels": LABEL, "networks": {"default": None},
+                "ports": [{"mode": "ingress", "host_ip": "127.0.0.1", "target": 8000, "published": "8003",
+                           "protocol": "tcp"}], "restart": "no"},
+        "db": {"container_name": "acme-api-pr-3-db", "deploy": RESOURCES, "image": "postgres:16",
+               "environment": {"POSTGRES_DB": "pr_3"}, "labels": LABEL, "networks": {"default": None},
+               "healthcheck": {"test": ["CMD", "pg_isready"], "interval": "2s", "retries": 30},
+               "ports": [{"mode": "ingress", "host_ip": "127.0.0.1", "target": 5432, "published": "9003",
+                          "protocol": "tcp"}],
+               "volumes": [{"type": "volume", "source": "db-data", "target": "/var/lib/postgresql/data",
+                            "volume": {}}]},
+        "redis": {"command": ["redis-server"], "deploy": RESOURCES, "image": "redis:7", "labels": LABEL,
+                  "networks": {"default": None}},
+    },
+    "volumes": {"db-data": {"name": f"{DEP}_db-data", "labels": LABEL}},
+}
+IMAGES = {name: f"reg:5000/{DEP}/{name}:abc" for name in ("app", "db", "redis")}
+
+
+def plan(document: dict[str, Any] | None = None, **changes: Any):  # noqa: ANN201
+    document = copy.deepcopy(document or GENERATED)
+    for service, options in changes.items():
+        document["services"][service].update(options)
+    return plan_stack(document, DEP, IMAGES, "node-a")
+
+
+def test_a_generated_preview_becomes_a_pinned_stack_with_the_app_port_in_host_mode() -> None:
+    result = plan()
+    stack = result.document
+    assert stack["version"] == "3.9" and "name" not in stack
+    app, db = stack["services"]["app"], stack["services"]["db"]
+    assert app["image"] == IMAGES["app"] and "build" not in app and "container_name" not in app
+    assert "depends_on" not in app and "restart" not in app and "command" not in app
+    assert app["environment"] == {"PORT": "8000"}
+    assert app["ports"] == [{"target": 8000, "published": 8003, "protocol": "tcp", "mode": "host"}]
+    assert "ports" not in db  # a 127.0.0.1 database port has no swarm equivalent: not published
+    assert any("db's port 9003 is not published" in note for note in result.notes)
+    for service in stack["services"].values():
+        deploy = service["deploy"]
+        assert deploy["placement"] == {"constraints": ["node.id == node-a"]}
+        assert deploy["endpoint_mode"] == "dnsrr" and deploy["replicas"] == 1
+        assert deploy["update_config"] == {"order": "stop-first"}
+        assert deploy["restart_policy"] == {"condition": "none"}  # compose's default "no"
+        assert deploy["labels"] == {**LABEL, NODE_LABEL: "node-a"} and service["labels"] == LABEL
+        assert deploy["resources"]["limits"] == {"cpus": "0.5", "memory": "536870912"}
+    assert db["volumes"] == [{"type": "volume", "source": "db-data", "target": "/var/lib/postgresql/data"}]
+    assert stack["networks"] == {"default": {"driver": "overlay", "labels": LABEL}}
+    assert stack["volumes"] == {"db-data": {"labels": LABEL}}
+    assert result.waves == [["db", "redis"], ["app"]]
+    assert result.awaited == {"db": "running", "redis": "running"}
+    assert list(result.subset(0)["services"]) == ["db", "redis"]
+
+
+def test_a_former_node_is_kept_on_the_services() -> None:
+    stack = plan_stack(copy.deepcopy(GENERATED), DEP, IMAGES, "node-b", ["node-a"]).document
+    assert stack["services"]["db"]["deploy"]["labels"][FORMER_LABEL] == "node-a"
+
+
+def test_what_a_swarm_cannot_honour_is_refused_all_at_once() -> None:
+    with pytest.raises(StackRefused) as refused:
+        plan(app={"volumes": [{"type": "bind", "source": "/w/conf/site.conf", "target": "/etc/site.conf",
+                               "read_only": True}],
+                  "security_opt": ["no-new-privileges"], "tmpfs": ["/run:size=64m"]},
+             redis={"network_mode": "service:db", "ipc": "service:db"})
+    problems = refused.value.problems
+    assert "service app: bind mount of site.conf cannot be honoured on a Docker Swarm (the checkout is on the " \
+           "manager only, the task runs on another node): COPY it into the image" in problems
+    assert "service app: security_opt cannot be honoured on a Docker Swarm (docker stack deploy ignores it)" \
+        in problems
+    assert "service app: tmpfs options size=64m cannot be honoured on a Docker Swarm" in problems
+    assert any(p.startswith("service redis: network_mode cannot be honoured") for p in problems)
+    assert any(p.startswith("service redis: ipc cannot be honoured") for p in problems)
+
+
+@pytest.mark.parametrize(("restart", "policy"), [
+    ("always", {"condition": "any"}), ("unless-stopped", {"condition": "any"}),
+    ("on-failure:3", {"condition": "on-failure", "max_attempts": 3}), ("on-failure", {"condition": "on-failure"}),
+])
+def test_restart_becomes_the_swarms_restart_policy(restart: str, policy: dict[str, Any]) -> None:
+    assert plan(app={"restart": restart}).document["services"]["app"]["deploy"]["restart_policy"] == policy
+
+
+def test_options_are_translated_not_dropped(tmp_path: Path) -> None:
+    (tmp_path / "nginx.conf").write_text("worker_processes 1;\n")
+    document = copy.deepcopy(GENERATED)
+    document["configs"] = {"site": {"file": str(tmp_path / "nginx.conf")}}
+    document["services"]["app"].update({"tmpfs": ["/tmp"], "extra_hosts": ["api.local=10.0.0.5"],
+                                        "configs": [{"source": "site", "target": "/etc/nginx.conf"}],
+                                        "pull_policy": "build"})
+    document["services"]["redis"]["depends_on"] = {"migrate": {"condition": "service_completed_successfully"}}
+    document["services"]["migrate"] = {"image": "redis:7", "command": ["true"]}
+    result = plan_stack(document, DEP, {**IMAGES, "migrate": "reg/m:1"}, "node-a")
+    app = result.document["services"]["app"]
+    assert {"type": "tmpfs", "target": "/tmp"} in app["volumes"]
+    assert app["extra_hosts"] == ["api.local:10.0.0.5"]
+    site = result.document["configs"]["site"]
+    assert site["file"].endswith("nginx.conf") and site["name"].startswith(f"{DEP}_site_")  # named by content
+    assert any(note.startswith("pull_policy is an option of docker compose's client") for note in result.notes)
+    assert result.waves == [["db", "migrate"], ["redis"], ["app"]]
+    assert result.awaited["migrate"] == "complete"
+
+
+def task(state: str, desired: str = "shutdown", error: str = "", ident: str = "t1", node: str = "w1") -> Task:
+    return Task(ident, "app", node, desired, state, error)
+
+
+@pytest.mark.parametrize(("tasks", "problem"), [
+    ([task("running", "running")], None),
+    ([task("failed", error="task: non-zero exit (3)")], "app exited with code 3"),
+    ([task("starting", "running", ident="t2"), task("failed", error="task: non-zero exit (1)")],
+     "app is restarting (exit code 1)"),
+    ([task("rejected", error="No such image: reg/x:1")], "app could not start on w1: No such image: reg/x:1"),
+    ([task("pending", "running", error="no suitable node (scheduling constraints not satisfied on 3 nodes)",
+           node="")],
+     "app cannot be placed: no suitable node (scheduling constraints not satisfied on 3 nodes) (pending)"),
+    ([task("complete")], "app exited with code 0"),
+])
+def test_task_states_are_read_as_the_apps_problem(tasks: list[Task], problem: str | None) -> None:
+    assert task_problem("app", tasks, set()) == problem
+
+
+def test_a_failed_task_of_an_earlier_attempt_is_not_this_attempts_problem() -> None:
+    assert task_problem("app", [task("failed", error="task: non-zero exit (3)")], {"t1"}) is None
+
+
+def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:
+    registry = Registry("reg.example:5000/previews", "https")
+    assert registry.reference(DEP, "app", "abc") == f"reg.example:5000/previews/{DEP}/app:abc"
+    assert registry.repository_prefix(DEP) == f"reg.example:5000/previews/{DEP}/"
+    assert Registry.owner(f"previews/{DEP}/db", registry.namespace) == DEP
+    # What a preview does not build is shared, under a name no deployment id can have (they end with a number).
+    assert registry.mirror_reference("postgres:16", "b973") == "reg.example:5000/previews/mirror/postgres:b973"
+    assert registry.mirror_reference("localhost:5000/team/db:2@sha256:ab", "c1") == \
+        "reg.example:5000/previews/mirror/localhost-5000/team/db:c1"
+
+
+def test_swarm_settings(make_settings: SettingsFactory) -> None:
+    with pytest.raises(SettingsError, match="SWARM_REGISTRY is not valid: must be set when RUNTIME=swarm"):
+        make_settings(runtime="swarm")
+    settings = make_settings(runtime="swarm", swarm_registry="10.0.0.1:5000",
+                             swarm_node_engines="worker1=ssh://root@w1, worker2=unix:///run/w2.sock")
+    assert settings.swarm_node_engines == {"worker1": "ssh://root@w1", "worker2": "unix:///run/w2.sock"}
+    with pytest.raises(SettingsError, match="SWARM_NODE_ENGINES is not valid"):
+        make_settings(swarm_node_engines="worker1=/run/w1.sock")
+
+
+def test_a_runtime_without_app_address_is_proxied_on_this_host() -> None:
+    class Plain:
+        pass
+
+    class Remote:
+        def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
+            return "10.1.0.12", app_port
+
+    assert app_address(Plain(), DEP, 8003) == ("127.0.0.1", 8003)  # type: ignore[arg-type]
+    assert app_address(Remote(), DEP, 8003) == ("10.1.0.12", 8003)  # type: ignore[arg-type]
+
+
+def test_the_route_proxies_to_the_host_the_runtime_names(tmp_path: Path) -> None:
+    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.adapters.nginx import Proxy
+
+    proxy = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path))
+    assert "proxy_pass http://127.0.0.1:8003/;" in proxy.route("acme-api", 3, DEP, 8003)
+    proxy.install("acme-api", 3, DEP, 8003, None, host="10.1.0.12")
+    assert "proxy_pass http://10.1.0.12:8003/;" in proxy.path("acme-api", 3).read_text()
