@@ -74,3 +74,28 @@ def test_two_previews_of_one_commit_build_one_image_without_the_generated_files(
         assert not {"compose.preview.yml", "Dockerfile.preview-orchestrator", ".git"} & set(listing), listing
     finally:
         subprocess.run(["docker", "image", "rm", "--force", *images], capture_output=True, timeout=60)
+
+
+@pytest.mark.docker
+def test_an_app_without_a_sigterm_handler_stops_on_sigterm(tmp_path: Path) -> None:
+    """The sample app installs no handler and runs as PID 1, which ignores SIGTERM: without the init process
+    compose injects (`init: true`), `docker stop` would wait out its timeout and SIGKILL it (exit 137) on every
+    update and cleanup."""
+    require_engine()
+    repo = make_pr_repo(tmp_path / "repos", "python", "feature/signals")
+    work = tmp_path / "pr-3"
+    image = _render_and_build(repo.clone_url, repo.branch, work, 3)
+    project = image.removesuffix("-app")
+    compose = ["docker", "compose", "-p", project, "-f", str(work / "compose.preview.yml")]
+    try:
+        subprocess.run([*compose, "up", "--detach", "--no-build", "--no-deps", "app"], cwd=work, check=True,
+                       capture_output=True, timeout=120)
+        container = subprocess.run([*compose, "ps", "--all", "--quiet", "app"], cwd=work, check=True,
+                                   capture_output=True, text=True, timeout=30).stdout.strip()
+        subprocess.run(["docker", "stop", "--time", "60", container], check=True, capture_output=True, timeout=90)
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}} {{.HostConfig.Init}}", container],
+                               check=True, capture_output=True, text=True, timeout=30).stdout.split()
+        assert state == ["143", "true"]  # 128 + SIGTERM: stopped by the signal, not killed after the timeout
+    finally:
+        subprocess.run([*compose, "down", "--volumes", "--rmi", "local", "--timeout", "1"], cwd=work,
+                       capture_output=True, timeout=120)
