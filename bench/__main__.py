@@ -69,6 +69,11 @@ def report(results: dict[str, Any]) -> str:
             rows.append([cache, "update", m["raw_update_s"], m["service_update_s"], m["update_overhead_pct"]])
         out.append(_table(f"Time to preview (medians of {preview['repeats']}, sample {preview['sample']})",
                           ["cache", "flow", "raw s", "service s", "overhead %"], rows))
+        t = preview["targets"]
+        out.append(_table("Targets (issue 16)", ["figure", "value", "target"],
+                          [["second PR / raw path (warm)", t["second_pr_vs_raw"], "<= 0.6"],
+                           ["push / cold first deploy", t["push_vs_cold_deploy"], "<= 0.3"],
+                           ["first deploy, cold, s", t["first_deploy_cold_s"], "no slower"]]))
     if "concurrency" in results:
         out.append(_table("Concurrency: pull requests opened at once",
                           ["MAX_CONCURRENT_BUILDS", "PRs", "first preview s", "all previews s"],
