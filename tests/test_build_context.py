@@ -52,8 +52,10 @@ def _render_and_build(repo_url: str, branch: str, work: Path, pr: int) -> str:
     context = make_context("acme", "api", pr, 18000 + pr, 19000 + pr, f"key-{pr}".encode(), STANDIN_OVERRIDES)
     compose = write_rendered(work, render_deployment(plugins, work, config, context))
     project = f"build-context-test-{pr}"
-    subprocess.run(["docker", "compose", "-p", project, "-f", str(compose), "build", "app"], cwd=work, check=True,
-                   capture_output=True, timeout=600)
+    built = subprocess.run(["docker", "compose", "-p", project, "-f", str(compose), "--progress", "plain", "build",
+                            "app"], cwd=work, check=True, capture_output=True, text=True, timeout=600)
+    # BuildKit's steps (what doctor's BuildKit line promises), not the classic builder's "Step 1/9"
+    assert "[app internal] load build definition" in built.stdout + built.stderr
     return f"{project}-app"
 
 
