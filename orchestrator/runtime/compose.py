@@ -76,6 +76,12 @@ class ComposeRuntime:
         with _failure("Containers could not be stopped"):
             self.compose.stop(deployment_id, log)
 
+    def wake(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """A sleeping preview: `docker compose start` starts the containers `stop` left, as they were (no
+        recreation, no build), in the order of their dependencies."""
+        with _failure("Containers failed to start"):
+            self.compose.start(deployment_id, compose_file, log, control)
+
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:
             self.compose.down(deployment_id, compose_file, None)

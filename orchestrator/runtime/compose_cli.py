@@ -67,6 +67,10 @@ class Compose:
              control: FlowControl) -> None:
         self._compose(project, compose_file, ["pull", service], compose_file.parent, log, control=control)
 
+    def start(self, project: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """Start the project's existing containers (stopped by `stop`); creates nothing."""
+        self._compose(project, compose_file, ["start"], compose_file.parent, log, timeout=300, control=control)
+
     def stop(self, project: str, log: DeploymentLog | None) -> None:
         self._compose(project, None, ["stop"], None, log, timeout=120)
 
