@@ -6,6 +6,7 @@ Registered as a built-in plugin (plugin_api/host.py, DEFAULT_PLUGINS); it is how
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ from orchestrator.settings import Settings
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
+READY_PAUSE = 0.1  # wake: between two runs of a dependency's healthcheck
+READY_TIMEOUT = 120.0
 
 
 @hookimpl(trylast=True)
@@ -77,10 +80,26 @@ class ComposeRuntime:
             self.compose.stop(deployment_id, log)
 
     def wake(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """A sleeping preview: `docker compose start` starts the containers `stop` left, as they were (no
-        recreation, no build), in the order of their dependencies."""
+        """A sleeping preview: the containers `stop` left, started as they were (no recreation, no build). The
+        database and extra services first; once their own healthchecks pass — run at once and every
+        READY_PAUSE seconds, where `docker compose start` would wait for Docker's schedule of them (the
+        database's every 2 s), which a request waiting for the wake would feel — the app."""
         with _failure("Containers failed to start"):
-            self.compose.start(deployment_id, compose_file, log, control)
+            containers = self.docker.containers(deployment_id)
+            if not any(container.service == "app" for container in containers):
+                raise RuntimeFailure("Containers failed to start", "the preview's app container is gone")
+            dependencies = [c for c in containers if c.service != "app"]
+            self.docker.start([c.ident for c in dependencies], log, control)
+            waiting = [c for c in dependencies if c.healthcheck]
+            deadline = time.monotonic() + READY_TIMEOUT
+            while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
+                if time.monotonic() > deadline:
+                    names = ", ".join(c.service for c in waiting)
+                    raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
+                                                                        f"{READY_TIMEOUT:.0f}s")
+                control.wait(READY_PAUSE)
+                control.check()
+            self.docker.start([c.ident for c in containers if c.service == "app"], log, control)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:
