@@ -91,14 +91,19 @@ class ComposeRuntime:
             dependencies = [c for c in containers if c.service != "app"]
             self.docker.start([c.ident for c in dependencies], log, control)
             waiting = [c for c in dependencies if c.healthcheck]
-            deadline = time.monotonic() + READY_TIMEOUT
+            checked = ", ".join(c.service for c in waiting)
+            started, runs = time.monotonic(), 0
             while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
-                if time.monotonic() > deadline:
+                runs += 1
+                if time.monotonic() - started > READY_TIMEOUT:
                     names = ", ".join(c.service for c in waiting)
                     raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
                                                                         f"{READY_TIMEOUT:.0f}s")
                 control.wait(READY_PAUSE)
                 control.check()
+            if checked:
+                log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
+                         f"{'s' if runs else ''})")
             self.docker.start([c.ident for c in containers if c.service == "app"], log, control)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
