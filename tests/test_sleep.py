@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from pydantic import SecretStr
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy
@@ -415,23 +414,55 @@ def test_a_browser_gets_a_waking_up_page_while_the_wake_takes_long(wake_setup: t
         handler.stop_app()
 
 
-def test_protection_asks_for_credentials_before_a_request_can_wake_a_preview(
-        wake_setup: tuple[Nginx, SettingsFactory]) -> None:
-    nginx, make = wake_setup
-    settings = make(preview_protection="basic", preview_protection_users=f"alice:{PASSWORD}")
-    assert isinstance(settings.preview_protection_users, SecretStr)
+def test_a_preview_on_its_own_host_wakes_with_the_request_s_own_path(open_dir: Path) -> None:
+    nginx = Nginx(open_dir / "nginx", open_dir / "routes", all_addresses=True).start()
+    settings = load_settings(
+        _env_file=None, codehost_webhook_secret="s" * 20, deployments_db=open_dir / "state" / "deployments.json",
+        deployments_dir=open_dir / "deployments", proxy_config_dir=nginx.routes, proxy_test_command=nginx.test_command,
+        proxy_reload_command=nginx.reload_command, proxy_listen_port=nginx.port, orchestrator_port=free_port(),
+        preview_routing="host", preview_domain="preview.test", preview_idle_minutes=30)
     app_port = free_port()
-    store, _ = sleeping_preview(settings, nginx, app_port)
+    store, proxy = sleeping_preview(settings, nginx, app_port)
+    assert proxy.path("acme-api", 3) == nginx.routes / "servers" / "acme-api-pr-3.conf"
+    handler = WakingHandler(store, app_port)
+    try:
+        with Service(settings, handler):
+            answer = httpx.get(f"{nginx.url}/items/a?x=1", headers={"Host": "acme-api-pr-3.preview.test"},
+                               timeout=30)
+            assert answer.status_code == 200 and answer.text == "app: GET /items/a?x=1"
+            assert answer.headers["x-preview-deployment"] == "acme-api-3" and handler.wakes == 1
+    finally:
+        handler.stop_app()
+        nginx.stop()
+
+
+@pytest.mark.parametrize("protection", ["basic", "token"])
+def test_protection_asks_for_credentials_before_a_request_can_wake_a_preview(
+        wake_setup: tuple[Nginx, SettingsFactory], protection: str) -> None:
+    nginx, make = wake_setup
+    if protection == "basic":
+        settings = make(preview_protection="basic", preview_protection_users=f"alice:{PASSWORD}")
+    else:
+        settings = make(preview_protection="token")
+    app_port = free_port()
+    store, proxy = sleeping_preview(settings, nginx, app_port)
     handler = WakingHandler(store, app_port)
     url = f"{nginx.url}/acme-api/pr-3/"
     try:
-        with Service(settings, handler):
+        with Service(settings, handler), httpx.Client(timeout=30) as reviewer:
+            before = time.time()
             refused = httpx.get(url, timeout=30)
             assert refused.status_code == 401 and refused.headers["x-preview-deployment"] == "acme-api-3"
-            assert httpx.get(url, auth=("alice", "wrong"), timeout=30).status_code == 401
+            wrong = ({"auth": ("alice", "wrong")} if protection == "basic"
+                     else {"cookies": {"preview_access": "1.forged"}})
+            assert httpx.get(url, timeout=30, **wrong).status_code == 401  # type: ignore[arg-type]
             time.sleep(0.5)
             assert handler.wakes == 0 and store.read().deployments["acme-api-3"].status == "sleeping"
-            page = httpx.get(url, auth=("alice", PASSWORD), timeout=30)
+            assert proxy.last_activity("acme-api", 3) < before  # turned away: no activity either
+            if protection == "basic":
+                page = reviewer.get(url, auth=("alice", PASSWORD))
+            else:  # the comment's link sets the cookie, then the page
+                page = reviewer.get(proxy.reviewer_link(url, "acme-api-3"), follow_redirects=True)
             assert page.status_code == 200 and page.text == "app: GET /"
             assert handler.wakes == 1
     finally:
