@@ -57,6 +57,9 @@ class SleepFlow:
     def __init__(self, context: FlowContext, reporter: Reporter) -> None:
         self.c = context
         self.reporter = reporter
+        if context.settings.idle_seconds > 0 and not can_sleep(context.runtime):
+            log.warning("PREVIEW_IDLE_MINUTES is set, but the %s runtime cannot wake a preview: previews never sleep",
+                        context.runtime.name)
 
     @property
     def enabled(self) -> bool:

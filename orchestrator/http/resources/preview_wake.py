@@ -30,7 +30,7 @@ from falcon.asgi import Request, Response
 from orchestrator.common.naming import is_valid_deployment_id
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import Inbox, InboxError
+from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.events.sleep import request_wake
 from orchestrator.settings import WOKEN_PREFIX, Settings, wake_key
 from orchestrator.state.records import DeploymentRecord
@@ -86,7 +86,7 @@ class PreviewWakeResource:
         """Queue (or join) the wake of this sleep and wait for it, at most `wait` seconds; the record after."""
         try:
             accepted = await asyncio.to_thread(request_wake, self._inbox, self._dispatcher, record)
-        except InboxError as exc:
+        except (InboxError, DeploymentTaken) as exc:  # taken: another repository's event waits for this id
             log.error("wake not queued: %s", exc, extra={"deploymentId": record.deploymentId})
             return record
         self._dispatcher.notify()
