@@ -89,7 +89,8 @@ class ComposeRuntime:
             if not any(container.service == "app" for container in containers):
                 raise RuntimeFailure("Containers failed to start", "the preview's app container is gone")
             dependencies = [c for c in containers if c.service != "app"]
-            self.docker.start([c.ident for c in dependencies], log, control)
+            self.docker.start([c.ident for c in dependencies], log)
+            control.check()
             waiting = [c for c in dependencies if c.healthcheck]
             checked = ", ".join(c.service for c in waiting)
             started, runs = time.monotonic(), 0
@@ -104,7 +105,8 @@ class ComposeRuntime:
             if checked:
                 log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
                          f"{'s' if runs else ''})")
-            self.docker.start([c.ident for c in containers if c.service == "app"], log, control)
+            control.check()
+            self.docker.start([c.ident for c in containers if c.service == "app"], log)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:

@@ -117,10 +117,12 @@ class DockerResources:
                 COMPOSE_SERVICE_LABEL, item.get("Name", ""))), [str(part) for part in test] if test else None))
         return found
 
-    def start(self, idents: list[str], log: DeploymentLog | None, control: FlowControl) -> None:
-        """Start stopped containers as they are (`docker start`)."""
+    def start(self, idents: list[str], log: DeploymentLog | None) -> None:
+        """Start stopped containers as they are (`docker start`). Not cut short by a cancellation (it takes a
+        moment): killing the client would leave the engine starting a container the cleanup that follows is
+        removing, and an image in use would stay behind."""
         if idents:
-            self._docker(["start", *idents], log=log, timeout=120, control=control)
+            self._docker(["start", *idents], log=log, timeout=120)
 
     def passes_healthcheck(self, container: Container, control: FlowControl, timeout: float = 5.0) -> bool:
         """Whether the container's own healthcheck passes now, run at once (`docker exec` of its test), rather than
