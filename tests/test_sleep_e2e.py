@@ -114,7 +114,8 @@ def test_an_idle_preview_sleeps_and_a_request_through_nginx_wakes_it(tmp_path: P
         stop_stack(stack)
 
 
-def test_a_push_to_a_sleeping_preview_deploys_it_and_a_close_during_a_wake_leaves_nothing(tmp_path: Path) -> None:
+def test_pushes_to_a_sleeping_or_waking_preview_deploy_it_and_a_close_during_a_wake_leaves_nothing(
+        tmp_path: Path) -> None:
     stack = start_stack(tmp_path, **IDLE)
     try:
         pr = 81
@@ -127,18 +128,39 @@ def test_a_push_to_a_sleeping_preview_deploys_it_and_a_close_during_a_wake_leave
         assert stack.page(pr).text == PAGE_B
         assert set(container_states(deployment).values()) == {"running"}
 
+        # asleep again; a request starts a wake and a push (back to commit A) arrives meanwhile: it waits for
+        # the wake, then deploys; the request is answered by the app
+        wait_asleep(stack, pr)
+        waking, answers = request_in_background(stack, pr)
+        stack.send("synchronize", pr, repo, repo.sha_a)
+        stack.wait_for(pr, "running", repo.sha_a)
+        waking.join(60)
+        assert len(answers) == 1 and isinstance(answers[0], httpx.Response)
+        assert answers[0].status_code == 200 and answers[0].text in (PAGE_A, PAGE_B)
+        assert stack.page(pr).text == PAGE_A
+        log = stack.logs(pr)
+        assert log.index("awake after") < log.rindex(f"update of {repo.sha_a}")  # one after the other
+
         # asleep again; a request starts a wake and the pull request closes meanwhile
         wait_asleep(stack, pr)
-        answers: list[object] = []
-        waking = threading.Thread(target=lambda: answers.append(_get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/")))
-        waking.start()
-        wait_until(lambda: "a request came: waking up" in stack.logs(pr), timeout=30, message="wake started")
-        stack.close(pr, repo, repo.sha_b)
+        waking, answers = request_in_background(stack, pr)
+        stack.close(pr, repo, repo.sha_a)
         waking.join(60)
         assert answers and not isinstance(answers[0], Exception)  # answered (the app, or nginx once it was gone)
         assert_fully_removed(stack, pr)
     finally:
         stop_stack(stack)
+
+
+def request_in_background(stack: Stack, pr: int) -> tuple[threading.Thread, list[object]]:
+    """A request to the sleeping preview, in a thread; returns once its wake has begun."""
+    answers: list[object] = []
+    waking = threading.Thread(target=lambda: answers.append(_get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/")))
+    before = stack.logs(pr).count("a request came: waking up")
+    waking.start()
+    wait_until(lambda: stack.logs(pr).count("a request came: waking up") > before, timeout=30,
+               message="wake started")
+    return waking, answers
 
 
 def _get(url: str) -> httpx.Response | Exception:
