@@ -18,11 +18,12 @@ from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
 from bench.preview import bench_preview
 from bench.scale import bench_scale
+from bench.sleep import bench_sleep
 from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
-    "swarm": bench_swarm,
+    "swarm": bench_swarm, "sleep": bench_sleep,
 }
 
 
@@ -88,6 +89,13 @@ def report(results: dict[str, Any]) -> str:
                               f"sample {swarm['sample']})", ["runtime", "deploy s", "update s", "cleanup s"],
                               [[name, swarm[name]["median"]["deploy_s"], swarm[name]["median"]["update_s"],
                                 swarm[name]["median"]["cleanup_s"]] for name in ("one_host", "swarm")]))
+    if "sleep" in results:
+        sleep = results["sleep"]
+        out.append(_table(f"Wake of a sleeping preview: its first request through nginx (median and max of "
+                          f"{sleep['repeats']})", ["sample", "request s (median)", "request s (max)",
+                                                   "wake flow s (median)"],
+                          [[f"{name} ({s['sample']})", s["median_request_s"], s["max_request_s"],
+                            s["median_wake_flow_s"]] for name, s in sleep["samples"].items()]))
     return "\n".join(out)
 
 
