@@ -67,8 +67,8 @@ def _forget_app_images() -> None:
     filters = [arg for pattern in BENCH_IMAGES for arg in ("--filter", f"reference={pattern}")]
     listed = subprocess.run(["docker", "images", "-q", *filters], capture_output=True,
                             text=True, check=True, timeout=60).stdout.split()
-    if listed:
-        _run("docker", "rmi", "-f", *sorted(set(listed)))
+    for image in sorted(set(listed)):  # one by one: an image a running container of other work uses stays
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True, timeout=120)
     _run("docker", "image", "prune", "-f")
 
 
