@@ -10,7 +10,8 @@ the route is in place), then poll the page every POLL_SECONDS. The service runs 
 settings (5 s / 60 s), as a user gets it. Probing the service's page all along instead would measure requests
 stuck in the container swap.
 
-Cold: no layer of the app image is cached (only the base images, as if pulled). Warm: another preview of the
+Cold: no layer of the app image is cached, in images or in BuildKit's build cache (only the base images, as
+if pulled; the whole build cache of the engine is pruned: run the benchmark on a quiet host). Warm: another preview of the
 same repository was built before (its layers are cached), the common case of a repository with open PRs.
 """
 
@@ -70,6 +71,8 @@ def _forget_app_images() -> None:
     for image in sorted(set(listed)):  # one by one: an image a running container of other work uses stays
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, timeout=120)
     _run("docker", "image", "prune", "-f")
+    # BuildKit keeps its build cache apart from images: without this a "cold" build reuses every step
+    _run("docker", "builder", "prune", "--all", "--force")
 
 
 class RawSide:
@@ -181,12 +184,14 @@ def bench_preview(budget: Budget) -> dict[str, Any]:
         figures["deploy_overhead_pct"] = 100 * (figures["service_deploy_s"] / figures["raw_deploy_s"] - 1)
         figures["update_overhead_pct"] = 100 * (figures["service_update_s"] / figures["raw_update_s"] - 1)
         results[cache] = {"median": figures, "runs": runs}
-    # The targets of issue 16: a repository's second pull request (warm) against the naive raw path, and a push
-    # of application code against a cold first deploy of the same repository.
+    # The targets of issue 16: a repository's second pull request (warm: another preview built that commit)
+    # against the naive raw path, and a push of application code never built before — the cold run's update,
+    # whose dependencies the deploy just cached — against a cold first deploy of the same repository. (The warm
+    # run's update rebuilds a commit an earlier repeat built: every step cached, not a real push.)
     warm, cold = results["warm"]["median"], results["cold"]["median"]
     results["targets"] = {
         "second_pr_vs_raw": warm["service_deploy_s"] / warm["raw_deploy_s"],  # target <= 0.6
-        "push_vs_cold_deploy": warm["service_update_s"] / cold["raw_deploy_s"],  # target <= 0.3
+        "push_vs_cold_deploy": cold["service_update_s"] / cold["raw_deploy_s"],  # target <= 0.3
         "first_deploy_cold_s": cold["service_deploy_s"],  # no slower than before
     }
     return results
