@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Accepted, Inbox
+from orchestrator.events.periodic import Periodic
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 
 log = logging.getLogger("orchestrator.events.sleep")
@@ -40,24 +41,14 @@ def request_wake(inbox: Inbox, dispatcher: Dispatcher, record: DeploymentRecord)
     return accepted
 
 
-class SleepScheduler:
+class SleepScheduler(Periodic):
+    name = "sleep check"
+
     def __init__(self, idle: IdlePreviews, inbox: Inbox, dispatcher: Dispatcher, interval: float) -> None:
+        super().__init__(interval)
         self._idle = idle
         self._inbox = inbox
         self._dispatcher = dispatcher
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="sleep")
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def check(self, now: datetime | None = None) -> int:
         """Queue a sleep for every idle preview; returns how many were newly queued."""
@@ -71,11 +62,3 @@ class SleepScheduler:
         if queued:
             self._dispatcher.notify()
         return queued
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.check()
-            except Exception:
-                log.exception("sleep check failed; trying again later")
