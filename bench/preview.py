@@ -11,8 +11,9 @@ settings (5 s / 60 s), as a user gets it. Probing the service's page all along i
 stuck in the container swap.
 
 Cold: no layer of the app image is cached, in images or in BuildKit's build cache (only the base images, as
-if pulled; the whole build cache of the engine is pruned: run the benchmark on a quiet host). Warm: another preview of the
-same repository was built before (its layers are cached), the common case of a repository with open PRs.
+if pulled; the whole build cache of the engine is pruned: run the benchmark on a quiet host). Warm: another
+preview of the same repository was built before (its layers are cached), the common case of a repository with
+open PRs.
 """
 
 from __future__ import annotations
