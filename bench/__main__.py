@@ -18,11 +18,12 @@ from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
 from bench.preview import bench_preview
 from bench.scale import bench_scale
+from bench.sleep import bench_sleep
 from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
-    "swarm": bench_swarm,
+    "swarm": bench_swarm, "sleep": bench_sleep,
 }
 
 
@@ -69,6 +70,11 @@ def report(results: dict[str, Any]) -> str:
             rows.append([cache, "update", m["raw_update_s"], m["service_update_s"], m["update_overhead_pct"]])
         out.append(_table(f"Time to preview (medians of {preview['repeats']}, sample {preview['sample']})",
                           ["cache", "flow", "raw s", "service s", "overhead %"], rows))
+        t = preview["targets"]
+        out.append(_table("Targets (issue 16)", ["figure", "value", "target"],
+                          [["second PR / raw path (warm)", t["second_pr_vs_raw"], "<= 0.6"],
+                           ["push / cold first deploy", t["push_vs_cold_deploy"], "<= 0.3"],
+                           ["first deploy, cold, s", t["first_deploy_cold_s"], "no slower"]]))
     if "concurrency" in results:
         out.append(_table("Concurrency: pull requests opened at once",
                           ["MAX_CONCURRENT_BUILDS", "PRs", "first preview s", "all previews s"],
@@ -83,6 +89,13 @@ def report(results: dict[str, Any]) -> str:
                               f"sample {swarm['sample']})", ["runtime", "deploy s", "update s", "cleanup s"],
                               [[name, swarm[name]["median"]["deploy_s"], swarm[name]["median"]["update_s"],
                                 swarm[name]["median"]["cleanup_s"]] for name in ("one_host", "swarm")]))
+    if "sleep" in results:
+        sleep = results["sleep"]
+        out.append(_table(f"Wake of a sleeping preview: its first request through nginx (median and max of "
+                          f"{sleep['repeats']})", ["sample", "request s (median)", "request s (max)",
+                                                   "wake flow s (median)"],
+                          [[f"{name} ({s['sample']})", s["median_request_s"], s["max_request_s"],
+                            s["median_wake_flow_s"]] for name, s in sleep["samples"].items()]))
     return "\n".join(out)
 
 

@@ -28,11 +28,12 @@ class Budget:
     preview_repeats: int = 3
     concurrency_prs: int = 10
     concurrency_builds: tuple[int, ...] = (1, 2, 4)
+    sleep_repeats: int = 5
 
 
 SMOKE = Budget(ack_rates=(20,), ack_seconds=1.0, ack_connections=2, saturation_connections=(2,),
                saturation_requests=20, scale_sizes=(10,), scale_requests=5, preview_repeats=1,
-               concurrency_prs=2, concurrency_builds=(2,))
+               concurrency_prs=2, concurrency_builds=(2,), sleep_repeats=1)
 
 
 @contextmanager

@@ -20,6 +20,8 @@ REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,
 
 IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 
+MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
+
 # Variables whose values must never be echoed, even in an error about themselves.
 SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET"})
 
@@ -148,6 +150,14 @@ class Settings(PluginSettings):
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
     # How often running previews are checked with the runtime for a loss it can see (a swarm node that left).
     runtime_watch_interval_seconds: float = Field(default=30.0, gt=0)
+    # Sleep (docs/routing.md): a running preview no request reached through nginx for this many minutes has its
+    # containers stopped (data, ports and route kept); the next request wakes it. 0: previews never sleep (the
+    # spec's behaviour). At most a week: longer is what CLEANUP_TTL_DAYS is for.
+    preview_idle_minutes: int = Field(default=0, ge=0, le=MAX_IDLE_MINUTES)
+    # The same in seconds, winning over PREVIEW_IDLE_MINUTES: for tests and benchmarks, not for operators.
+    preview_idle_seconds: float | None = Field(default=None, gt=0, le=MAX_IDLE_MINUTES * 60)
+    # How often running previews are looked at for idleness.
+    sleep_check_interval_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @field_validator("allowed_clone_protocols", mode="before")
     @classmethod
@@ -262,6 +272,18 @@ class Settings(PluginSettings):
         return f"{preview_host_label(slug, pr)}.{self.preview_domain or 'localhost'}"
 
     @property
+    def idle_seconds(self) -> float:
+        """After how long without a request a preview sleeps; 0: never (PREVIEW_IDLE_SECONDS, else _MINUTES)."""
+        if self.preview_idle_seconds is not None:
+            return self.preview_idle_seconds
+        return self.preview_idle_minutes * 60.0
+
+    @property
+    def preview_wake_key_path(self) -> Path:
+        """The key of the wake locations' header (wake_key): only nginx's own wake request may wake a preview."""
+        return self.state_dir / "preview-wake.key"
+
+    @property
     def preview_token_key_path(self) -> Path:
         """PREVIEW_PROTECTION=token: the key that signs the links of the pull-request comments (0600)."""
         return self.state_dir / "preview-token.key"
@@ -364,6 +386,9 @@ def routing_problems(settings: Settings) -> list[str]:
 
 
 TOKEN_PARAMETER = "preview_token"  # noqa: S105 - the query parameter of the comment's link
+# Sleep: the internal location of a route through which the service hands a woken request to the app
+# (`X-Accel-Redirect: {WOKEN_PREFIX}{deploymentId}/{path under the preview}`; adapters/nginx.py writes it).
+WOKEN_PREFIX = "/.preview-orchestrator/app/"
 ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scoped to that preview
 _TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")
 
@@ -382,6 +407,13 @@ def check_preview_token(key: bytes, deployment_id: str, token: str, now: float) 
         return False
     expected = sign_preview_token(key, deployment_id, int(match[1]))
     return hmac.compare_digest(expected.encode(), token.encode()) and int(match[1]) > now
+
+
+def wake_key(key: bytes, deployment_id: str) -> str:
+    """The header value the route's wake location sends (`X-Preview-Wake-Key`): HMAC-SHA256 of the deployment id
+    with the service's wake key, so that a request that did not come from that preview's route (the service's
+    port reached some other way) cannot wake it or be handed to its app past the route's protection."""
+    return hmac.new(key, f"preview-wake\n{deployment_id}".encode(), hashlib.sha256).hexdigest()
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -45,3 +45,13 @@ def test_preview_and_concurrency_benchmarks_run(tmp_path: Path) -> None:
             assert median[key] > 0, (cache, key)
     [run] = data["concurrency"]["runs"]
     assert run["prs"] == 2 and 0 < run["first_s"] <= run["all_s"]
+
+
+@pytest.mark.live
+@pytest.mark.docker
+def test_sleep_benchmark_runs(tmp_path: Path) -> None:
+    data = run_bench("sleep", tmp_path / "out.json")
+    for name in ("small", "postgres"):
+        sample = data["sleep"]["samples"][name]
+        [run] = sample["runs"]
+        assert 0 < run["wake_flow_s"] <= run["request_s"], (name, run)

@@ -103,7 +103,7 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     comment = engine.codehost.upsert_comment("acme", "api", 1, None, "building")
     reported = engine.codehost.create_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-1", "preview")
     interrupted = record(1, "building").model_copy(update={"commentId": comment, "codehostDeploymentId": reported})
-    seed(engine, interrupted, record(2, "building"), record(3, "running"))
+    seed(engine, interrupted, record(2, "building"), record(3, "running"), record(6, "sleeping"))
     label = f"{DEPLOYMENT_LABEL}=ghost-repo-9"
     container = docker("run", "-d", "--label", label, "po-standin/base:test", "sleep", "300")
     docker("volume", "create", "--label", label, "ghost-repo-9_data")
@@ -114,6 +114,9 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     (routes / "acme-api-pr-3.conf").write_text("# kept\n")
     (routes / "servers").mkdir()
     (routes / "servers" / "ghost-repo-pr-9.conf").write_text("# orphan of host routing\n")
+    (routes / "activity").mkdir()
+    for name in ("ghost-repo-pr-9.log", "acme-api-pr-6.log"):  # sleep's activity files: an orphan, a kept one
+        (routes / "activity" / name).write_text("")
     orphan_dir = engine.settings.deployments_dir / "ghost-repo" / "pr-9"
     kept_dir = engine.settings.deployments_dir / "acme-api" / "pr-3"
     orphan_dir.mkdir(parents=True)
@@ -130,26 +133,30 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     assert [s["state"] for s in reported["statuses"]] == ["failure"]
     assert deployments["acme-api-2"].status == "building"  # its event runs again
     assert deployments["acme-api-3"].status == "running"
+    assert deployments["acme-api-6"].status == "sleeping"  # stays asleep until a request wakes it
     assert docker("ps", "-aq", "--filter", f"id={container}") == ""
     assert docker("volume", "ls", "-q", "--filter", f"label={label}") == ""
     assert docker("network", "ls", "-q", "--filter", f"label={label}") == ""
     assert not (routes / "ghost-repo-pr-9.conf").exists() and (routes / "acme-api-pr-3.conf").exists()
     assert not (routes / "servers" / "ghost-repo-pr-9.conf").exists()
+    assert not (routes / "activity" / "ghost-repo-pr-9.log").exists()
+    assert (routes / "activity" / "acme-api-pr-6.log").exists()
     assert not orphan_dir.exists() and kept_dir.exists()
 
 
 def test_ttl_queues_one_cleanup_per_expired_preview(make_settings, codehost, tmp_path: Path) -> None:  # noqa: ANN001
     engine = make_engine(make_settings, codehost, cleanup_ttl_days=7)
-    seed(engine, record(1, age_days=8), record(2, age_days=6.9))
+    seed(engine, record(1, age_days=8), record(2, age_days=6.9), record(3, "sleeping", age_days=8))
     inbox = Inbox(tmp_path / "inbox.sqlite3")
 
     async def check_twice() -> tuple[int, int]:
         scheduler = TtlScheduler(engine.expired, inbox, Dispatcher(inbox, engine, 1), 3600)
         return await scheduler.check(), await scheduler.check()
 
-    assert asyncio.run(check_twice()) == (1, 0)
-    claimed = inbox.claim_next([])
-    assert claimed.event.action == "closed" and claimed.event.deployment_id == "acme-api-1"
+    assert asyncio.run(check_twice()) == (2, 0)  # a sleeping preview expires like a running one
+    claimed = [inbox.claim_next([]), inbox.claim_next([])]
+    assert {(c.event.action, c.event.deployment_id) for c in claimed} == {("closed", "acme-api-1"),
+                                                                          ("closed", "acme-api-3")}
     assert inbox.claim_next([]) is None
     disabled = make_engine(make_settings, codehost, cleanup_ttl_days=0)
     assert disabled.expired(datetime.now(UTC) + timedelta(days=365)) == []

@@ -57,6 +57,8 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "/api/previews/{deploymentId}", "/api/previews/{deploymentId}/logs", "/metrics", "/dashboard",
         # PREVIEW_PROTECTION=token: nginx's auth_request and the link's first visit (docs/routing.md)
         "/api/preview-access/{deploymentId}", "/api/preview-access/{deploymentId}/token",
+        # Sleep (PREVIEW_IDLE_MINUTES): a sleeping preview's route asks it to wake the app (docs/routing.md)
+        "/api/preview-wake/{deploymentId}",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]
     assert {"200", "400", "401", "403", "413", "500"} <= set(webhook["responses"])
@@ -67,11 +69,11 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "prNumber", "repoName", "repoOwner", "projectSlug", "deploymentId", "branch", "commitSha",
         "framework", "dbType", "appPort", "exposedAppPort", "exposedDbPort", "status", "createdAt",
         "updatedAt", "url", "commentId",
-        "cloneUrl", "error", "codehostDeploymentId", "source",  # ours, documented in docs/decisions.md
+        "cloneUrl", "error", "codehostDeploymentId", "source", "sleptAt",  # ours, documented in docs/decisions.md
     }
     local = doc["paths"]["/api/previews"]["post"]
     assert set(local["responses"]) == {"202", "400", "403", "409"}
-    assert record["properties"]["status"]["enum"] == ["building", "running", "failed"]
+    assert record["properties"]["status"]["enum"] == ["building", "running", "failed", "sleeping"]
     assert record["properties"]["commentId"]["nullable"] is True
     payload = doc["components"]["schemas"]["GitHubWebhookPayload"]
     assert set(payload["required"]) == {"action", "pull_request", "repository"}

@@ -20,17 +20,19 @@ class AppStopped(Exception):
 
 
 def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl,
-                 watch: Callable[[], str | None] | None = None) -> bool:
+                 watch: Callable[[], str | None] | None = None, first_gap: float = FIRST_GAP) -> bool:
     """Probe at once, then after 0.25 s, 0.5 s, 1 s, ... doubling up to every `interval` seconds, and once more
     when `timeout` is reached; only 200 is healthy (a redirect or a 204 from a catch-all is not the app answering
     its health path). `interval` is the ceiling of the spec's "every 5 seconds": an app that is up is seen
     within a quarter of a second, not up to five seconds later.
 
+    `first_gap`: the first pause (a waking preview is probed closer together: a request waits for it).
+
     `watch` says why the preview cannot come up (an app that exited), or None; it is asked before every
     probe and every WATCH_SECONDS in between, and its answer ends the wait at once with AppStopped."""
     started = time.monotonic()
     attempt = 0
-    gap, planned = min(FIRST_GAP, interval), 0.0
+    gap, planned = min(first_gap, interval), 0.0
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False) as client:
         while True:
             control.check()

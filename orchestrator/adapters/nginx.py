@@ -5,6 +5,11 @@ site's server. Host routing (`host`): a `server` of its own per preview, `{slug}
 PROXY_CONFIG_DIR/servers/, included at http level (a server cannot stand inside another). Either carries the
 preview's protection (PREVIEW_PROTECTION): HTTP basic authentication, or nginx's auth_request asking the service
 about the cookie a signed link of the pull-request comment set (http/resources/preview_access.py).
+
+With sleep (PREVIEW_IDLE_MINUTES), a route also logs the requests that reach its app to an activity file
+(PROXY_CONFIG_DIR/activity/: its time is the preview's last request), and hands a request the sleeping app cannot
+answer to the service's wake endpoint (http/resources/preview_wake.py), which wakes the app and gives the request
+back to it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx_site import SERVERS_DIR, dump_command
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.secret_files import random_key, read_or_create
-from orchestrator.settings import TOKEN_PARAMETER, preview_host_label, protection_users, sign_preview_token
+from orchestrator.settings import (
+    TOKEN_PARAMETER,
+    WOKEN_PREFIX,
+    preview_host_label,
+    protection_users,
+    sign_preview_token,
+    wake_key,
+)
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
@@ -49,12 +61,12 @@ PATH_LOCATION = r"""location /{slug}/pr-{pr}/ {{
     proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{slug}/pr-{pr}/)(.*)$"
                    $scheme://$http_host/{slug}/pr-{pr}/$1;
     proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
-{proxied}}}
+{proxied}{sleep}}}
 """
 
 HOST_LOCATION = """    location / {{
 {guard}        proxy_pass http://{app_host}:{port};
-{proxied}    }}
+{proxied}{sleep}    }}
 """
 
 PROXIED = """    proxy_http_version 1.1;
@@ -116,6 +128,49 @@ location = /.preview-orchestrator/denied/{deployment_id} {{
 DENIED_PAGE = ("<!doctype html><title>Preview protected</title><h1>This preview is protected</h1><p>Open it from "
                "the link in the pull request's comment. The link expires; a new push renews it.</p>")
 
+# Sleep: the requests that reach the app (or wake it: an upstream was asked; never a request the protection turned
+# away) are logged to the activity file, whose time is the preview's last request. nginx's own 502/504 — nothing
+# listens on the app's port, the preview sleeps — goes to the wake location, inside the route: the protection has
+# already let the request through.
+SLEEP_LINES = """    access_log {activity} combined if=$upstream_addr;
+    error_page 502 504 = @preview-wake-{deployment_id};
+"""
+
+# The wake location asks the service (GET, no body, no cookies or credentials of the reviewer, the route's key);
+# the service wakes the app, then answers `X-Accel-Redirect: /.preview-orchestrator/app/{id}/{the request's path
+# under the preview}`, which nginx serves from the app now awake (an internal location: no client reaches it
+# directly), or answers itself (a "waking up" page, a 503 with Retry-After). A named location takes no URI in
+# proxy_pass, hence the rewrite.
+WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
+    rewrite ^ /api/preview-wake/{deployment_id}? break;
+    proxy_method GET;
+    proxy_pass http://{service};
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Cookie "";
+    proxy_set_header Authorization "";
+    proxy_set_header X-Preview-Wake-Key {key};
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Original-Method $request_method;
+    proxy_read_timeout 120s;
+    add_header X-Preview-Deployment {deployment_id} always;
+    add_header Cache-Control no-store always;
+    access_log {activity} combined;
+}}
+location {woken}/ {{
+    internal;
+    proxy_pass http://{app_host}:{port}/;
+{app_extra}{proxied}    access_log {activity} combined;
+}}
+"""
+# The path route's own handling of the prefix, for the app's location of the wake (the same lines as PATH_LOCATION's).
+WAKE_PATH_LINES = r"""    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
+    proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{slug}/pr-{pr}/)(.*)$"
+                   $scheme://$http_host/{slug}/pr-{pr}/$1;
+    proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
+"""
+ACTIVITY_DIR = "activity"  # PROXY_CONFIG_DIR/activity/{slug}-pr-{N}.log: no `include` matches it
+
 HOST_SERVER = """server {{
     listen {listen};
     server_name {host};
@@ -159,9 +214,12 @@ class Routing:
     service: str = "127.0.0.1:3000"  # where nginx asks the service about a preview's cookie (token)
     token_key: Path | None = None
     token_ttl_hours: float = 168.0
+    sleep: bool = False  # PREVIEW_IDLE_MINUTES and a runtime that can wake: routes log activity and wake the app
+    wake_key: Path | None = None  # the key of the wake location's X-Preview-Wake-Key (settings.wake_key)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Routing:
+    def from_settings(cls, settings: Settings, sleep: bool = False) -> Routing:
+        """`sleep`: previews may sleep (PREVIEW_IDLE_MINUTES set, and the runtime can wake them)."""
         host = settings.orchestrator_host if settings.orchestrator_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
         return cls(mode=settings.preview_routing, domain=settings.preview_domain or "localhost",
                    tls_cert=settings.preview_tls_cert, tls_key=settings.preview_tls_key,
@@ -169,7 +227,8 @@ class Routing:
                    users=settings.preview_protection_users, users_file=settings.preview_protection_users_file,
                    service=f"[{host}]:{settings.orchestrator_port}" if ":" in host else
                    f"{host}:{settings.orchestrator_port}",
-                   token_key=settings.preview_token_key_path, token_ttl_hours=settings.preview_token_ttl_hours)
+                   token_key=settings.preview_token_key_path, token_ttl_hours=settings.preview_token_ttl_hours,
+                   sleep=sleep, wake_key=settings.preview_wake_key_path)
 
     @property
     def tls(self) -> bool:
@@ -190,12 +249,12 @@ class Proxy:
         self._users_text: str | None = None  # USERS_FILE's content, hashed once per process
 
     @classmethod
-    def for_settings(cls, settings: Settings, env: HostEnv) -> Proxy:
+    def for_settings(cls, settings: Settings, env: HostEnv, sleep: bool = False) -> Proxy:
         """The service's proxy. With PREVIEW_PROTECTION_USERS, the users file is rewritten at once, so that a
-        restart with other credentials applies them to the previews already running."""
+        restart with other credentials applies them to the previews already running. `sleep`: Routing's."""
         proxy = cls(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command, env,
                     urlsplit(settings.preview_base_url or "http://localhost").netloc, settings.proxy_listen_port,
-                    Routing.from_settings(settings))
+                    Routing.from_settings(settings, sleep))
         try:
             proxy.write_users_file()
         except (ProxyError, OSError) as exc:  # said again by the first deploy, which fails on it
@@ -232,12 +291,24 @@ class Proxy:
             guard = TOKEN_GUARD.format(deployment_id=deployment_id)
             extra = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
         proxied = PROXIED.format(deployment_id=deployment_id)
+        public_name = re.escape(self._public_host.rsplit(":", 1)[0])
+        sleep = ""
+        if routing.sleep:
+            activity = self.activity_path(slug, pr)
+            sleep = SLEEP_LINES.format(activity=activity, deployment_id=deployment_id)
+            path_mode = routing.mode == "path"
+            extra += WAKE_LOCATIONS.format(
+                deployment_id=deployment_id, service=routing.service, key=self._wake_key(deployment_id),
+                activity=activity, app_host=app_host, port=port, proxied=proxied,
+                woken=WOKEN_PREFIX + deployment_id,
+                app_extra=WAKE_PATH_LINES.format(slug=slug, pr=pr, port=port, public_name=public_name)
+                if path_mode else "")
         if routing.mode == "path":
             location = PATH_LOCATION.format(slug=slug, pr=pr, port=port, app_host=app_host, guard=guard,
-                                            proxied=proxied,
-                                            public_name=re.escape(self._public_host.rsplit(":", 1)[0]))
+                                            proxied=proxied, sleep=sleep, public_name=public_name)
             return HEADER.format(deployment_id=deployment_id) + location + extra
-        body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), proxied=_indent(proxied))
+        body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), proxied=_indent(proxied),
+                                     sleep=_indent(sleep))
                 + _indent(extra))
         host = self.host_name(slug, pr)
         if not routing.tls:
@@ -258,6 +329,48 @@ class Proxy:
         key = read_or_create(self.routing.token_key, random_key)
         expires = int((time.time() if now is None else now) + self.routing.token_ttl_hours * 3600)
         return f"{url}?{TOKEN_PARAMETER}={sign_preview_token(key, deployment_id, expires)}"
+
+    def _wake_key(self, deployment_id: str) -> str:
+        if self.routing.wake_key is None:
+            raise ProxyError("no wake key file configured (Routing.wake_key)")
+        return wake_key(read_or_create(self.routing.wake_key, random_key), deployment_id)
+
+    def activity_path(self, slug: str, pr: int) -> Path:
+        """The preview's activity file: nginx logs each request that reaches the app to it (with sleep)."""
+        return self.config_dir / ACTIVITY_DIR / f"{slug}-pr-{pr}.log"
+
+    def last_activity(self, slug: str, pr: int) -> float | None:
+        """When a request last reached the preview's app through nginx (the activity file's time, Unix seconds);
+        None when the route keeps no activity file (written before sleep was switched on).
+
+        The file is emptied on the way, keeping its time: its lines are not needed (they may hold the comment's
+        token) and it must not grow. nginx appends through the descriptor it opened, so a line written meanwhile
+        lands in the emptied file; its time is then the newer one."""
+        path = self.activity_path(slug, pr)
+        try:
+            seen = path.stat()
+            if seen.st_size:
+                os.truncate(path, 0)  # moves the file's time: put back, unless a request came in meanwhile
+                os.utime(path, ns=(seen.st_atime_ns, seen.st_mtime_ns))
+                if path.stat().st_size:
+                    os.utime(path)
+                    return time.time()
+        except FileNotFoundError:
+            return None
+        return seen.st_mtime
+
+    def mark_activity(self, slug: str, pr: int) -> None:
+        """Count now as the preview's last request (it was just woken)."""
+        path = self.activity_path(slug, pr)
+        if path.exists():
+            os.utime(path)
+
+    def _create_activity(self, slug: str, pr: int) -> None:
+        """The activity file, the service's own (0600; nginx's master, root, opens it for its workers), made
+        before nginx would make it so that the service may empty it; an existing one keeps its time."""
+        path = self.activity_path(slug, pr)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
     def _probe(self, slug: str, pr: int) -> tuple[str, str, str | None]:
         """Where to ask nginx for the preview: URL, Host header, TLS server name."""
@@ -344,6 +457,8 @@ class Proxy:
         left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
         wanted = self.route(slug, pr, deployment_id, port, host)
         self.write_users_file()
+        if self.routing.sleep:
+            self._create_activity(slug, pr)
         if served and previous == wanted.encode() and left is None:
             if log:
                 log.note("nginx route unchanged; not reloaded")
@@ -370,11 +485,12 @@ class Proxy:
         """Delete the route (of either routing mode) and reload. `reload_anyway`: the file may be gone while
         nginx still serves it (a cleanup interrupted between the two), so reload even then."""
         paths = [p for p in (self.path(slug, pr), self._other_path(slug, pr)) if p.exists()]
-        if not paths and not reload_anyway:
-            return
-        for path in paths:
-            path.unlink(missing_ok=True)
-        self._run(self._reload, log)
+        if paths or reload_anyway:
+            for path in paths:
+                path.unlink(missing_ok=True)
+            self._run(self._reload, log)
+        # After the reload: nginx no longer writes to it (an older worker's lines go to the removed file).
+        self.activity_path(slug, pr).unlink(missing_ok=True)
 
     def write_users_file(self) -> None:
         """PREVIEW_PROTECTION_USERS as an htpasswd file nginx reads: SHA-512 crypt (`$6$`, `openssl passwd -6`,

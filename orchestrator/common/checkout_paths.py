@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 MAX_REPORTED = 5
@@ -79,3 +80,15 @@ def write_new(directory: Path, name: str, text: str, mode: int = 0o644) -> Path:
         raise
     return target
 
+
+
+def read_plain(directory: Path, name: str, limit: int = 1 << 20) -> str | None:
+    """The text of `directory/name` when it is a regular file (a link at that name is not followed), else None."""
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(limit).decode("utf-8", errors="replace")

@@ -1,6 +1,7 @@
 """Drains the inbox: at most MAX_CONCURRENT_BUILDS deploys and updates at once, one flow at a time per
-deployment id. Cleanups have a lane of their own, so slow builds never hold back a `closed` pull request,
-and a `closed` event or DELETE cancels a running deploy of the same preview."""
+deployment id. Cleanups have a lane of their own, so slow builds never hold back a `closed` pull request, and
+so do the short flows of sleep (a request waits for a wake); a `closed` event or DELETE cancels a running deploy
+or wake of the same preview."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ log = logging.getLogger("orchestrator.events.dispatcher")
 PRUNE_EVERY_SECONDS = 3600.0
 # How long shutdown waits for running flows; the rest are re-run after the next start.
 SHUTDOWN_GRACE_SECONDS = 10.0
-CLEANUP_LANE = 4  # cleanups that may run beside the builds
+CLEANUP_LANE = 4  # cleanups (and sleeps and wakes) that may run beside the builds
 CLEANUP = ("closed",)
+SIDE_LANE = ("closed", "sleep", "wake")  # short flows: never behind the builds
 
 
 @dataclass
@@ -107,12 +109,12 @@ class Dispatcher:
 
     async def _start_runnable(self) -> None:
         while not self._stopping:
-            cleanups = sum(1 for r in self._running.values() if r.action in CLEANUP)
-            builds = len(self._running) - cleanups
+            side = sum(1 for r in self._running.values() if r.action in SIDE_LANE)
+            builds = len(self._running) - side
             if builds < self.max_concurrent:
                 actions = None  # anything
-            elif cleanups < CLEANUP_LANE:
-                actions = CLEANUP
+            elif side < CLEANUP_LANE:
+                actions = SIDE_LANE
             else:
                 return
             claimed = await asyncio.to_thread(self.inbox.claim_next, list(self._running), actions)

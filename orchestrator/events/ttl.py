@@ -13,30 +13,22 @@ from datetime import UTC, datetime
 
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
+from orchestrator.events.periodic import Periodic
 from orchestrator.state.records import DeploymentRecord, event_for_record
 
 log = logging.getLogger("orchestrator.events.ttl")
 
 
-class TtlScheduler:
+class TtlScheduler(Periodic):
+    name = "TTL check"
+    check_at_start = True
+
     def __init__(self, expired: Callable[[datetime], list[DeploymentRecord]], inbox: Inbox,
                  dispatcher: Dispatcher, interval: float) -> None:
+        super().__init__(interval)
         self._expired = expired
         self._inbox = inbox
         self._dispatcher = dispatcher
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="ttl")
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def check(self, now: datetime | None = None) -> int:
         """Queue a cleanup for every expired preview; returns how many were newly queued."""
@@ -51,11 +43,3 @@ class TtlScheduler:
         if queued:
             self._dispatcher.notify()
         return queued
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.check()
-            except Exception:
-                log.exception("TTL check failed; trying again later")
-            await asyncio.sleep(self._interval)

@@ -8,33 +8,17 @@ applies while the preview is still `running` at the same `updatedAt`, so a deplo
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
-log = logging.getLogger("orchestrator.events.watch")
+from orchestrator.events.periodic import Periodic
 
 
-class RuntimeWatch:
+class RuntimeWatch(Periodic):
+    name = "runtime watch"
+
     def __init__(self, check: Callable[[], int], interval: float) -> None:
+        super().__init__(interval)
         self._check = check
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="runtime-watch")
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await asyncio.to_thread(self._check)
-            except Exception:
-                log.exception("runtime watch failed; trying again later")
+    async def check(self) -> int:
+        return await asyncio.to_thread(self._check)

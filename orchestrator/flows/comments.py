@@ -30,6 +30,26 @@ def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | 
     return text
 
 
+def sleeping(url: str, sha: str | None, idle_minutes: float) -> str:
+    idle = f"{idle_minutes:.0f} minutes" if idle_minutes >= 1 else f"{idle_minutes * 60:.0f} seconds"
+    return (
+        f"{MARKER}\n### 💤 Preview sleeping — opens on the next visit\n\n"
+        f"**{url}**\n\n"
+        f"Commit `{_short(sha)}`. No one opened it for {idle}, so its containers were stopped (its data is kept); "
+        "the next visit wakes it up in a few seconds. It updates on every push and is removed when the pull "
+        "request closes."
+    )
+
+
+def awake(url: str, sha: str | None, seconds: float) -> str:
+    return (
+        f"{MARKER}\n### ✅ Preview ready\n\n"
+        f"**{url}**\n\n"
+        f"Commit `{_short(sha)}`, woken up in {seconds:.1f} s after sleeping. It updates on every push and is "
+        "removed when the pull request closes."
+    )
+
+
 def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | None = None) -> str:
     after = f" after {seconds:.0f} s" if seconds is not None else ""
     text = (

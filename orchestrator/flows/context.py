@@ -16,7 +16,7 @@ from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime
+from orchestrator.plugin_api.runtime import Runtime, can_sleep
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
@@ -58,7 +58,8 @@ class FlowContext:
         self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
                        Mirrors(settings.state_dir / "mirrors"))
-        self.proxy = Proxy.for_settings(settings, self.env)  # routing and protection: adapters/nginx.py
+        # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: nginx.py
+        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and can_sleep(runtime))
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))

@@ -46,8 +46,9 @@ class DeployFlow:
         log.info("%s started", "update" if updating else "deploy", extra={"deploymentId": event.deployment_id})
         reported = self.reporter.start(event, existing)
         try:
+            # A sleeping preview's route is served too (its wake location answers): unchanged, it is not reloaded.
             stages = self.steps.run(event, target, record, control,
-                                    route_served=existing is not None and existing.status == "running")
+                                    route_served=existing is not None and existing.status in ("running", "sleeping"))
         except FlowAborted as exc:
             self._abort(event, target, comment_id, reported, exc, time.monotonic() - started)
             raise FlowError(exc.message) from None

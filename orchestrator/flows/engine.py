@@ -3,8 +3,10 @@
 
     handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place)
                   → cleanup.py (closed)
+                  → sleep.py (sleep, wake: the service's own events, PREVIEW_IDLE_MINUTES)
     startup(...)  → reconcile.py (once, before the first event)    expired(now) → reconcile.py (the TTL)
     watch()       → reconcile.py (running previews the runtime reports lost)
+    idle(now)     → sleep.py (running previews no request reached for PREVIEW_IDLE_MINUTES)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
+from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
 from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
 from orchestrator.settings import Settings
@@ -43,6 +46,7 @@ class DeployEngine:
         self.deploy_flow = DeployFlow(self.context, self.reporter)
         self.cleanup_flow = CleanupFlow(self.context, self.reporter)
         self.reconciler = Reconciler(self.context, self.reporter)
+        self.sleep_flow = SleepFlow(self.context, self.reporter)
         # What tests and embedders reach for.
         self.settings, self.plugins, self.codehost, self.metrics = settings, plugins, codehost, metrics
         self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
@@ -52,7 +56,11 @@ class DeployEngine:
         existing = self.store.read().deployments.get(event.deployment_id)
         if existing is not None and not existing.belongs_to(event):
             raise FlowError(foreign_repository_message(event.deployment_id, existing.repoOwner, existing.repoName))
-        if event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
+        if event.action == "sleep":
+            self.sleep_flow.sleep(event)
+        elif event.action == "wake":
+            self.sleep_flow.wake(event, control)
+        elif event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
             self._refuse_fork(event)
         elif event.action == "closed":
             self.cleanup_flow.run(event, existing)
@@ -64,6 +72,9 @@ class DeployEngine:
 
     def expired(self, now: datetime) -> list[DeploymentRecord]:
         return self.reconciler.expired(now)
+
+    def idle(self, now: datetime) -> list[tuple[DeploymentRecord, datetime]]:
+        return self.sleep_flow.idle(now)
 
     def watch(self) -> int:
         return self.reconciler.report_lost()

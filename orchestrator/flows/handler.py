@@ -18,7 +18,8 @@ class FlowError(Exception):
 
 class EventHandler(Protocol):
     """Processes events. It may also define `startup(open_deployments: set[str])`, called once before the
-    first event (the deploy engine reconciles there), and `expired(now)` for the TTL scheduler."""
+    first event (the deploy engine reconciles there), `expired(now)` for the TTL scheduler, and `idle(now)` (previews
+    to put to sleep, each with its last use) for the sleep check."""
 
     def handle(self, event: PullRequestEvent, control: FlowControl) -> None:
         """Run the flow for `event` to the end; raise FlowError with a user-facing message on failure.

@@ -1,5 +1,7 @@
 """Start-up reconciliation (after a crash: stop what the last run left running, settle records left building,
-remove what has no record) and the TTL's question: which previews have expired."""
+remove what has no record) and the TTL's question: which previews have expired (sleeping ones too: their cleanup
+removes the stopped containers like running ones). A `sleeping` record is left as it is at start-up: its
+containers stay stopped until a request wakes it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import shutil
 from datetime import datetime, timedelta
 
 from orchestrator.adapters.leftovers import stop_marked_processes
-from orchestrator.adapters.nginx import ProxyError
+from orchestrator.adapters.nginx import ACTIVITY_DIR, ProxyError
 from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
 from orchestrator.flows.context import FlowContext
@@ -86,6 +88,11 @@ class Reconciler:
             path.unlink(missing_ok=True)
         if stale:
             self._quietly(lambda: self.c.proxy.reload(None))
+        # activity files of sleep (adapters/nginx.py), after the reload: nginx no longer writes to them
+        logs = {f"{r.projectSlug}-pr-{r.prNumber}.log" for r in data.deployments.values()}
+        for path in self.c.settings.proxy_config_dir.glob(f"{ACTIVITY_DIR}/*-pr-*.log"):
+            if path.name not in logs:
+                path.unlink(missing_ok=True)
 
     def _remove_stale_work_dirs(self, data: StoreFile, open_deployments: set[str]) -> None:
         dirs = {(r.projectSlug, f"pr-{r.prNumber}") for r in data.deployments.values()}

@@ -33,6 +33,19 @@ def mark_lost(store: DeploymentStore, record: DeploymentRecord, why: str) -> boo
     return store.update(change)
 
 
+def mark_sleeping(store: DeploymentStore, record: DeploymentRecord, now: datetime) -> bool:
+    """`sleeping` since `now`, only if the record is still the running one read before (no flow began since).
+    `updatedAt` stays: it is the TTL's clock, and sleeping is no deploy."""
+    def change(data: StoreFile) -> bool:
+        current = data.deployments.get(record.deploymentId)
+        if current is None or current.status != "running" or current.updatedAt != record.updatedAt:
+            return False
+        data.deployments[record.deploymentId] = current.model_copy(update={"status": "sleeping", "sleptAt": now})
+        return True
+
+    return store.update(change)
+
+
 def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | None, url: str, limit: int,
           limit_message: str, ports_in_use: Callable[[], set[int]]) -> DeploymentRecord:
     """Atomically: check the limit, keep or allocate ports, and record the deployment as building."""

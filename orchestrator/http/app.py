@@ -11,6 +11,7 @@ import swagger_ui_bundle
 
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
+from orchestrator.events.sleep import SleepScheduler
 from orchestrator.events.ttl import TtlScheduler
 from orchestrator.events.watch import RuntimeWatch
 from orchestrator.flows.handler import EventHandler, load_handler
@@ -23,6 +24,7 @@ from orchestrator.http.resources.health import HealthResource
 from orchestrator.http.resources.metrics import MetricsResource
 from orchestrator.http.resources.plugins import PluginListResource
 from orchestrator.http.resources.preview_access import PreviewAccess, PreviewAccessResource, PreviewTokenResource
+from orchestrator.http.resources.preview_wake import PreviewWakeResource
 from orchestrator.http.resources.previews import PreviewListResource, PreviewResource
 from orchestrator.http.resources.webhook import WebhookResource
 from orchestrator.observability.metrics import Metrics
@@ -34,8 +36,8 @@ log = logging.getLogger("orchestrator")
 
 
 class Lifespan:
-    """Start-up: reconcile, start the dispatcher, the TTL scheduler and the runtime watch; shutdown: stop them
-    (ASGI lifespan)."""
+    """Start-up: reconcile, start the dispatcher, the TTL scheduler, the runtime watch and (PREVIEW_IDLE_MINUTES)
+    the sleep check; shutdown: stop them (ASGI lifespan)."""
 
     def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
         self._dispatcher = dispatcher
@@ -44,6 +46,7 @@ class Lifespan:
         self._settings = settings
         self._ttl: TtlScheduler | None = None
         self._watch: RuntimeWatch | None = None
+        self._sleep: SleepScheduler | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         startup = getattr(self._handler, "startup", None)
@@ -62,12 +65,19 @@ class Lifespan:
         if watch is not None:  # running previews a runtime reports lost (a swarm node that left)
             self._watch = RuntimeWatch(watch, self._settings.runtime_watch_interval_seconds)
             self._watch.start()
+        idle = getattr(self._handler, "idle", None)
+        if idle is not None and self._settings.idle_seconds > 0:  # previews no request reached for a while
+            self._sleep = SleepScheduler(idle, self._inbox, self._dispatcher,
+                                         self._settings.sleep_check_interval_seconds)
+            self._sleep.start()
 
     async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         if self._ttl:
             await self._ttl.stop()
         if self._watch:
             await self._watch.stop()
+        if self._sleep:
+            await self._sleep.stop()
         await self._dispatcher.stop()
 
 
@@ -108,4 +118,6 @@ def create_app(
     access = PreviewAccess(settings)
     app.add_route("/api/preview-access/{deployment_id}", PreviewAccessResource(access))
     app.add_route("/api/preview-access/{deployment_id}/token", PreviewTokenResource(access))
+    # Sleep (PREVIEW_IDLE_MINUTES): a route's wake location asks this when its sleeping app did not answer.
+    app.add_route("/api/preview-wake/{deployment_id}", PreviewWakeResource(settings, store, inbox, dispatcher))
     return app

@@ -284,6 +284,42 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/preview-wake/{deploymentId}": {
+            "get": {
+                "operationId": "wakePreview",
+                "summary": "Sleep (PREVIEW_IDLE_MINUTES): a sleeping preview's route asks this when its app did not "
+                           "answer (nginx's wake location, never a client)",
+                "description": "Wakes the preview (one wake per sleep, shared by concurrent requests, serialised "
+                               "with pushes and close), waits for its health path, then hands the request back to "
+                               "the app through the route (`X-Accel-Redirect`; 307 for methods other than GET and "
+                               "HEAD). A browser (Accept: text/html) waits at most 1.5 s and then gets a page that "
+                               "reloads itself; other clients wait up to 60 s and then get 503 with Retry-After.",
+                "parameters": [
+                    _deployment_parameter(),
+                    {"name": "X-Preview-Wake-Key", "in": "header", "required": True, "schema": {"type": "string"},
+                     "description": "The route's key: HMAC-SHA256 of the deployment id with the service's wake key"},
+                    {"name": "X-Original-URI", "in": "header", "required": False, "schema": {"type": "string"},
+                     "description": "The reviewer's request URI"},
+                    {"name": "X-Original-Method", "in": "header", "required": False,
+                     "schema": {"type": "string"}, "description": "The reviewer's request method"},
+                ],
+                "responses": {
+                    "200": {"description": "Awake: nginx serves the request from the app (X-Accel-Redirect)",
+                            "headers": {"X-Accel-Redirect": {"schema": {"type": "string"}}}},
+                    "307": {"description": "Awake: repeat the request (a method nginx cannot replay)",
+                            "headers": {"Location": {"schema": {"type": "string"}}}},
+                    "400": _error("Invalid deployment id"),
+                    "403": _error("Only a preview's route may wake it (no or a wrong X-Preview-Wake-Key)"),
+                    "404": _error("No such preview"),
+                    "502": {"description": "The preview failed (to wake, or before)", "content": _body("text/plain")},
+                    "503": {"description": "Still waking up, or being updated: an HTML page that reloads itself "
+                                           "(browsers) or text, with Retry-After",
+                            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                            "content": {"text/html": {"schema": {"type": "string"}},
+                                        "text/plain": {"schema": {"type": "string"}}}},
+                },
+            }
+        },
         "/metrics": _document_get("getMetrics", "Prometheus metrics (text format, or OpenMetrics when asked for)",
                                   "Metrics", "text/plain"),
         "/dashboard": _document_get("getDashboard", "Every preview on one self-refreshing HTML page (also at /)",

@@ -15,7 +15,8 @@ from prometheus_client.registry import Collector
 
 DEPLOY_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800)
 HEALTH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
-STATUSES = ("building", "running", "failed")
+STATUSES = ("building", "running", "failed", "sleeping")
+WAKE_BUCKETS = (0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30, 60)
 
 
 class Metrics:
@@ -37,6 +38,13 @@ class Metrics:
                                        "Seconds each stage of a deploy or update took (checkout, build_commands, "
                                        "render, build, start, health, route)", ["stage"], buckets=DEPLOY_BUCKETS,
                                        registry=self.registry)
+        self.sleeps = Counter("preview_orchestrator_sleeps", "Previews put to sleep (PREVIEW_IDLE_MINUTES) by result",
+                              ["result"], registry=self.registry)
+        self.wakes = Counter("preview_orchestrator_wakes", "Sleeping previews woken by a request, by result",
+                             ["result"], registry=self.registry)
+        self.wake_seconds = Histogram("preview_orchestrator_wake_duration_seconds",
+                                      "Wake of a sleeping preview: containers started to the health path answering",
+                                      ["result"], buckets=WAKE_BUCKETS, registry=self.registry)
         self.codehost_calls = Counter("preview_orchestrator_codehost_requests",
                                       "Code host API requests by kind and response status",
                                       ["kind", "status"], registry=self.registry)

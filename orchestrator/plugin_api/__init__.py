@@ -11,7 +11,15 @@ from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec, app_address, lost_previews
+from orchestrator.plugin_api.runtime import (
+    Runtime,
+    RuntimeFailure,
+    RuntimeSpec,
+    app_address,
+    can_sleep,
+    lost_previews,
+    wake,
+)
 from orchestrator.plugin_api.templating import render_template
 from orchestrator.plugin_api.types import (
     AppService,
@@ -45,9 +53,11 @@ __all__ = [
     "ServiceSpec",
     "ServiceWiring",
     "app_address",
+    "can_sleep",
     "database_app_env",
     "hookimpl",
     "hookspec",
     "lost_previews",
     "render_template",
+    "wake",
 ]

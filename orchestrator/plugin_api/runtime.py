@@ -12,7 +12,9 @@ Optional: a runtime whose app does not answer on this host (a swarm node) also h
 `app_address(deployment_id, app_port) -> (host, port)`, where nginx on this host must proxy the preview; a runtime
 without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see `app_address` below). Also
 optional: `lost_previews(deployment_ids) -> {deployment_id: why}`, the running previews it knows to be gone for
-good (their swarm node left); the service marks them failed (see `lost_previews` below).
+good (their swarm node left); the service marks them failed (see `lost_previews` below). And
+`wake(deployment_id, compose_file, log, control)`, which starts again the containers `stop` left (a sleeping
+preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (see `can_sleep` below).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class Runtime(Protocol):
         """Create or update the deployment's containers and start them; return once they are started."""
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
-        """Stop the deployment's containers, keeping them and their data (a failed deploy)."""
+        """Stop the deployment's containers, keeping them and their data (a failed deploy, a preview that goes
+        to sleep); its ports and networks stay the deployment's."""
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         """Remove everything of the deployment (containers, networks, volumes, images built for it); works
@@ -120,3 +123,18 @@ def lost_previews(runtime: Runtime, deployment_ids: list[str]) -> dict[str, str]
     if method is None or not deployment_ids:
         return {}
     return {str(key): str(value) for key, value in method(deployment_ids).items()}
+
+
+def can_sleep(runtime: Runtime) -> bool:
+    """Whether previews of `runtime` may sleep: it has the optional `wake` (start again what `stop` stopped)."""
+    return callable(getattr(runtime, "wake", None))
+
+
+def wake(runtime: Runtime, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+    """Start again the containers of a sleeping preview, as `stop` left them (their data kept); return once they
+    are started (the service then waits for the health path). RuntimeFailure when they cannot start; a runtime
+    without `wake` is one whose previews never sleep, so calling this for it is a mistake."""
+    method = getattr(runtime, "wake", None)
+    if method is None:
+        raise RuntimeFailure(f"The {runtime.name} runtime cannot wake a preview")
+    method(deployment_id, compose_file, log, control)

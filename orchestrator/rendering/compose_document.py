@@ -60,8 +60,14 @@ def dump_compose(compose: dict[str, Any]) -> str:
 
 
 def apply_common(compose: dict[str, Any], context: RenderContext) -> None:
-    """Labels on everything, and the spec's limits on every service."""
+    """Labels on everything, the spec's limits on every service, and an init process for the app."""
     labels = {DEPLOYMENT_LABEL: context.deployment_id}
+    # The app runs as PID 1 (`exec` in its command), and PID 1 ignores SIGTERM unless it installs a handler,
+    # which a plain Node, Python or Go server does not: every update and cleanup then waited compose's 10 s
+    # before a SIGKILL. Docker's init forwards the signal, so the app stops at once (a file's own `init` stays).
+    app = compose["services"].get("app")
+    if isinstance(app, dict):
+        app.setdefault("init", True)
     for service in compose["services"].values():
         existing = service.get("labels") or {}
         if isinstance(existing, list):

@@ -19,6 +19,7 @@ from orchestrator.common.naming import deployment_id as make_deployment_id
 from orchestrator.common.naming import project_slug
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.types import RenderContext
+from orchestrator.rendering.build_context import keep_out_of_images
 from orchestrator.rendering.compose_document import (
     GENERATED_COMPOSE,
     INJECTED_DOCKERFILE,
@@ -83,6 +84,7 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
         os.replace(repo_dir / source, repo_dir / target)
     for name, text in rendered.files.items():
         write_new(repo_dir, name, text)
+    keep_out_of_images(repo_dir, [*rendered.files, rendered.compose_file])
     return repo_dir / rendered.compose_file
 
 

@@ -6,6 +6,7 @@ Registered as a built-in plugin (plugin_api/host.py, DEFAULT_PLUGINS); it is how
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,8 @@ from orchestrator.settings import Settings
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
+READY_PAUSE = 0.1  # wake: between two runs of a dependency's healthcheck
+READY_TIMEOUT = 120.0
 
 
 @hookimpl(trylast=True)
@@ -75,6 +78,35 @@ class ComposeRuntime:
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with _failure("Containers could not be stopped"):
             self.compose.stop(deployment_id, log)
+
+    def wake(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """A sleeping preview: the containers `stop` left, started as they were (no recreation, no build). The
+        database and extra services first; once their own healthchecks pass — run at once and every
+        READY_PAUSE seconds, where `docker compose start` would wait for Docker's schedule of them (the
+        database's every 2 s), which a request waiting for the wake would feel — the app."""
+        with _failure("Containers failed to start"):
+            containers = self.docker.containers(deployment_id)
+            if not any(container.service == "app" for container in containers):
+                raise RuntimeFailure("Containers failed to start", "the preview's app container is gone")
+            dependencies = [c for c in containers if c.service != "app"]
+            self.docker.start([c.ident for c in dependencies], log)
+            control.check()
+            waiting = [c for c in dependencies if c.healthcheck]
+            checked = ", ".join(c.service for c in waiting)
+            started, runs = time.monotonic(), 0
+            while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
+                runs += 1
+                if time.monotonic() - started > READY_TIMEOUT:
+                    names = ", ".join(c.service for c in waiting)
+                    raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
+                                                                        f"{READY_TIMEOUT:.0f}s")
+                control.wait(READY_PAUSE)
+                control.check()
+            if checked:
+                log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
+                         f"{'s' if runs else ''})")
+            control.check()
+            self.docker.start([c.ident for c in containers if c.service == "app"], log)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:

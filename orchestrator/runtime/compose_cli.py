@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 from orchestrator.plugin_api.preview_config import ConfigError
 
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
-__all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "DockerResources"]
+__all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "Container", "DockerResources"]
 
 
 class Compose:
@@ -85,14 +86,59 @@ class Compose:
                       log, timeout=300)
 
 
+@dataclass(frozen=True)
+class Container:
+    ident: str
+    service: str  # its compose service
+    healthcheck: list[str] | None  # the test of its healthcheck (["CMD", ...] or ["CMD-SHELL", "..."]), if any
+
+
 class DockerResources:
     """What carries the deployment label on the engine, found and removed without compose."""
 
     def __init__(self, env: HostEnv) -> None:
         self._env = env
 
-    def _docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60) -> str:
-        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log)
+    def _docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
+                control: FlowControl | None = None) -> str:
+        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log, control=control)
+
+    def containers(self, deployment_id: str) -> list[Container]:
+        """The deployment's containers (running or stopped), with their compose service and healthcheck."""
+        ids = self._docker(["ps", "--all", "--quiet", "--filter",
+                            f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
+        if not ids:
+            return []
+        found = []
+        for item in json.loads(self._docker(["container", "inspect", *ids])):
+            config = item.get("Config") or {}
+            test = (config.get("Healthcheck") or {}).get("Test") or None
+            found.append(Container(str(item.get("Id", "")), str((config.get("Labels") or {}).get(
+                COMPOSE_SERVICE_LABEL, item.get("Name", ""))), [str(part) for part in test] if test else None))
+        return found
+
+    def start(self, idents: list[str], log: DeploymentLog | None) -> None:
+        """Start stopped containers as they are (`docker start`). Not cut short by a cancellation (it takes a
+        moment): killing the client would leave the engine starting a container the cleanup that follows is
+        removing, and an image in use would stay behind."""
+        if idents:
+            self._docker(["start", *idents], log=log, timeout=120)
+
+    def passes_healthcheck(self, container: Container, control: FlowControl, timeout: float = 5.0) -> bool:
+        """Whether the container's own healthcheck passes now, run at once (`docker exec` of its test), rather than
+        waiting for Docker's next scheduled check; True when it has none."""
+        test = container.healthcheck or ["NONE"]
+        if test[0] == "CMD":
+            argv = test[1:]
+        elif test[0] == "CMD-SHELL":
+            argv = ["/bin/sh", "-c", " ".join(test[1:])]
+        else:
+            return True
+        try:
+            self._docker(["exec", container.ident, *argv], timeout=timeout, control=control)
+        except CommandFailed:
+            return False
+        return True
 
     def labelled(self, kind: str, deployment_id: str | None = None, label: str | None = None) -> dict[str, str]:
         """Resources of `kind` (container, volume, network) carrying the deployment label (or `label`, a

@@ -9,8 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.common.naming import SHA_PATTERN, branch_problem
 
-DeploymentStatus = Literal["building", "running", "failed"]
+# `sleeping`: idle for PREVIEW_IDLE_MINUTES, its containers stopped (data, ports and route kept) until the next
+# request through nginx wakes it (docs/routing.md).
+DeploymentStatus = Literal["building", "running", "failed", "sleeping"]
 PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
+# What the inbox carries: a pull request's actions, and the service's own `sleep` and `wake` of a preview (so that
+# they run one at a time with the pull request's other work).
+EventAction = Literal["opened", "reopened", "synchronize", "closed", "sleep", "wake"]
 HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
 # Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
 PreviewSource = Literal["codehost", "local"]
@@ -86,7 +91,7 @@ class PullRequestEvent(BaseModel):
     """A validated, allowed pull-request event as the inbox keeps it (small: never the raw body)."""
 
     delivery_id: str
-    action: PullRequestAction
+    action: EventAction
     deployment_id: str
     project_slug: str
     repo_owner: str
@@ -112,8 +117,8 @@ class PullRequestEvent(BaseModel):
         return (self.head_repo_full_name or "").lower() != base
 
 
-def event_for_record(record: DeploymentRecord, action: PullRequestAction, delivery_id: str) -> PullRequestEvent:
-    """An event the service makes itself about a tracked preview (TTL expiry, DELETE, a restart)."""
+def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id: str) -> PullRequestEvent:
+    """An event the service makes itself about a tracked preview (TTL expiry, DELETE, a restart, sleep, wake)."""
     return PullRequestEvent(
         delivery_id=delivery_id, action=action, deployment_id=record.deploymentId,
         project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
@@ -161,7 +166,9 @@ class DeploymentRecord(BaseModel):
     source: PreviewSource = Field(
         default="codehost", description="codehost: a pull request; local: `preview-orchestrator up` on the host"
     )
-
+    sleptAt: datetime | None = Field(
+        default=None, description="When the preview went to sleep (status sleeping); null while it is awake"
+    )
 
     def belongs_to(self, event: PullRequestEvent) -> bool:
         """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""

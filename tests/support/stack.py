@@ -146,6 +146,7 @@ def assert_fully_removed(stack: Stack, pr: int) -> None:
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
     assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
     assert not (stack.root / "proxy" / "servers" / f"{SLUG}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host
+    assert not (stack.root / "proxy" / "activity" / f"{SLUG}-pr-{pr}.log").exists()  # PREVIEW_IDLE_MINUTES
     store = stack.store()
     assert deployment not in store["deployments"] and deployment not in store["portAllocations"]
     wait_until(lambda: stack.page(pr).status_code == 404, timeout=10, message="route gone")

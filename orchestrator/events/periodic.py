@@ -1,0 +1,44 @@
+"""A check the service repeats while it serves (the TTL, the runtime watch, sleep): one asyncio task, started
+with the app and stopped before the dispatcher; a check that fails is logged and tried again next time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+log = logging.getLogger("orchestrator.events.periodic")
+
+
+class Periodic:
+    """Subclasses name themselves and implement `check()`; `check_at_start` runs it once before the first wait."""
+
+    name = "periodic check"
+    check_at_start = False
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def check(self) -> object:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _loop(self) -> None:
+        if not self.check_at_start:
+            await asyncio.sleep(self._interval)
+        while True:
+            try:
+                await self.check()
+            except Exception:
+                log.exception("%s failed; trying again later", self.name)
+            await asyncio.sleep(self._interval)

@@ -1,0 +1,150 @@
+"""GET /api/preview-wake/{deploymentId} — what a route's wake location asks when its app did not answer
+(PREVIEW_IDLE_MINUTES; adapters/nginx.py writes the location, docs/routing.md tells the whole path).
+
+nginx sends the route's key (`X-Preview-Wake-Key`, settings.wake_key), the request's URI and method, and its
+Accept header; by then the route's protection has let the request through. The answer:
+
+- the preview is running (woken now, or just before by another request): `X-Accel-Redirect` to the route's
+  internal location of the app, so nginx serves the same request from the app — for GET and HEAD; other methods
+  get a 307 to the same address, which clients repeat with their body (nginx's internal redirect would turn
+  them into a GET);
+- sleeping: a `wake` event is queued (or the one already queued for this sleep is joined) and waited for, up to
+  BROWSER_WAIT_SECONDS for a browser (Accept: text/html) — then a small "waking up" page that reloads itself —
+  or up to CLIENT_WAIT_SECONDS for other clients — then 503 with Retry-After;
+- being updated (a push arrived): the same page or 503; failed: 502 with the reason; gone: 404.
+
+Without the route's key: 403, and nothing is woken — the service's port reached some other way must not wake
+previews, nor reach an app past its route's protection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from html import escape
+
+import falcon
+from falcon.asgi import Request, Response
+
+from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.secret_files import random_key, read_or_create
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
+from orchestrator.events.sleep import request_wake
+from orchestrator.settings import WOKEN_PREFIX, Settings, wake_key
+from orchestrator.state.records import DeploymentRecord
+from orchestrator.state.store import DeploymentStore
+
+log = logging.getLogger("orchestrator.preview_wake")
+
+BROWSER_WAIT_SECONDS = 1.5  # a browser gets the app's answer if it is awake by then, else the waking page
+CLIENT_WAIT_SECONDS = 60.0  # other clients wait for the app (nginx waits 120 s for this answer)
+REFRESH_SECONDS = 1
+KEY_HEADER = "X-Preview-Wake-Key"
+REPLAYED = ("GET", "HEAD")  # methods nginx's internal redirect keeps
+
+WAKING_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{refresh}">
+<title>Waking up the preview…</title>
+<style>body{{font:16px system-ui,sans-serif;margin:4rem auto;max-width:32rem;color:#24292f}}</style></head>
+<body><h1>⏳ {heading}</h1><p>{text}</p><p>This page reloads by itself.</p></body></html>
+"""
+
+
+class PreviewWakeResource:
+    def __init__(self, settings: Settings, store: DeploymentStore, inbox: Inbox, dispatcher: Dispatcher) -> None:
+        self._settings = settings
+        self._store = store
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+        self._key: bytes | None = None
+
+    async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
+        if not is_valid_deployment_id(deployment_id):
+            raise falcon.HTTPBadRequest(description="Invalid deployment id")
+        if not hmac.compare_digest((req.get_header(KEY_HEADER) or "").encode(),
+                                   wake_key(await self._wake_key(), deployment_id).encode()):
+            raise falcon.HTTPForbidden(description="Only a preview's route may wake it")
+        resp.set_header("Cache-Control", "no-store")
+        browser = "text/html" in (req.get_header("Accept") or "")
+        record = await self._record(deployment_id)
+        if record is not None and record.status == "sleeping":
+            record = await self._wake(record, BROWSER_WAIT_SECONDS if browser else CLIENT_WAIT_SECONDS)
+        if record is None:
+            raise falcon.HTTPNotFound(description="No such preview")
+        if record.status == "running":
+            self._hand_back(req, resp, record)
+        elif record.status in ("sleeping", "building"):
+            self._waiting(resp, record, browser)
+        else:
+            resp.status = falcon.HTTP_502
+            resp.content_type = falcon.MEDIA_TEXT
+            resp.text = f"Preview {deployment_id} failed: {record.error or 'unknown error'}\n"
+
+    async def _wake(self, record: DeploymentRecord, wait: float) -> DeploymentRecord | None:
+        """Queue (or join) the wake of this sleep and wait for it, at most `wait` seconds; the record after."""
+        try:
+            accepted = await asyncio.to_thread(request_wake, self._inbox, self._dispatcher, record)
+        except (InboxError, DeploymentTaken) as exc:  # taken: another repository's event waits for this id
+            log.error("wake not queued: %s", exc, extra={"deploymentId": record.deploymentId})
+            return record
+        self._dispatcher.notify()
+        try:
+            await asyncio.wait_for(self._dispatcher.wait_for(accepted.seq), timeout=wait)
+        except TimeoutError:
+            pass  # the wake goes on; this request gets the waiting answer, the next one the app
+        return await self._record(record.deploymentId)
+
+    def _hand_back(self, req: Request, resp: Response, record: DeploymentRecord) -> None:
+        """The request, to the app now awake: served by nginx from the route's internal location (GET, HEAD), or
+        repeated by the client (307)."""
+        original = req.get_header("X-Original-URI") or "/"
+        if (req.get_header("X-Original-Method") or "GET").upper() not in REPLAYED:
+            resp.status = falcon.HTTP_307
+            resp.location = original if _plain(original) else "/"
+            return
+        resp.status = falcon.HTTP_200
+        path = self._under_preview(original, record)
+        resp.set_header("X-Accel-Redirect", f"{WOKEN_PREFIX}{record.deploymentId}{path}")
+
+    def _under_preview(self, original: str, record: DeploymentRecord) -> str:
+        """The request's path and query as the app sees them: under path routing without the preview's prefix."""
+        if not _plain(original):
+            return "/"
+        if self._settings.preview_routing == "host":
+            return original
+        prefix = f"/{record.projectSlug}/pr-{record.prNumber}"
+        return original.removeprefix(prefix) if original.startswith(prefix + "/") else "/"
+
+    def _waiting(self, resp: Response, record: DeploymentRecord, browser: bool) -> None:
+        updating = record.status == "building"
+        resp.status = falcon.HTTP_503
+        resp.set_header("Retry-After", str(5 if updating else REFRESH_SECONDS))
+        if not browser:
+            resp.content_type = falcon.MEDIA_TEXT
+            resp.text = (f"Preview {record.deploymentId} is {'being updated' if updating else 'waking up'}; "
+                         "retry in a moment\n")
+            return
+        resp.content_type = "text/html; charset=utf-8"
+        resp.text = WAKING_PAGE.format(
+            refresh=5 if updating else REFRESH_SECONDS,
+            heading="The preview is being updated" if updating else "The preview is waking up",
+            text=escape(f"A new commit of pull request #{record.prNumber} is being deployed; it opens when it is "
+                        "ready." if updating else "No one had opened it for a while, so it was asleep. It will be "
+                        "back in a few seconds."))
+
+    async def _record(self, deployment_id: str) -> DeploymentRecord | None:
+        data = await asyncio.to_thread(self._store.read)
+        return data.deployments.get(deployment_id)
+
+    async def _wake_key(self) -> bytes:
+        if self._key is None:
+            self._key = await asyncio.to_thread(read_or_create, self._settings.preview_wake_key_path, random_key)
+        return self._key
+
+
+def _plain(uri: str) -> bool:
+    """A path of this host (never `//host`), ASCII as a request line is, without characters that end a header."""
+    return (uri.startswith("/") and not uri.startswith("//") and uri.isascii()
+            and not any(c in uri for c in "\\\r\n\0"))
