@@ -23,24 +23,23 @@ def set_fields(store: DeploymentStore, deployment_id: str, touch: bool = True, *
 
 def mark_lost(store: DeploymentStore, record: DeploymentRecord, why: str) -> bool:
     """`failed` with `why`, only if the record is still the running one read before (no flow began since)."""
-    def change(data: StoreFile) -> bool:
-        current = data.deployments.get(record.deploymentId)
-        if current is None or current.status != "running" or current.updatedAt != record.updatedAt:
-            return False
-        data.deployments[record.deploymentId] = current.model_copy(update={"status": "failed", "error": why})
-        return True
-
-    return store.update(change)
+    return _while_still_running(store, record, {"status": "failed", "error": why})
 
 
 def mark_sleeping(store: DeploymentStore, record: DeploymentRecord, now: datetime) -> bool:
     """`sleeping` since `now`, only if the record is still the running one read before (no flow began since).
     `updatedAt` stays: it is the TTL's clock, and sleeping is no deploy."""
+    return _while_still_running(store, record, {"status": "sleeping", "sleptAt": now})
+
+
+def _while_still_running(store: DeploymentStore, record: DeploymentRecord, fields: dict[str, object]) -> bool:
+    """Apply `fields` only if the record is still `running` at the `updatedAt` read before: a deploy that began
+    meanwhile wins. Returns whether they were applied."""
     def change(data: StoreFile) -> bool:
         current = data.deployments.get(record.deploymentId)
         if current is None or current.status != "running" or current.updatedAt != record.updatedAt:
             return False
-        data.deployments[record.deploymentId] = current.model_copy(update={"status": "sleeping", "sleptAt": now})
+        data.deployments[record.deploymentId] = current.model_copy(update=fields)
         return True
 
     return store.update(change)
