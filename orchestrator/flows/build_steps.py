@@ -147,7 +147,8 @@ class BuildSteps:
     def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
-                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides)
+                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
+                               self.c.settings.build_cache_mounts)
         try:
             rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
         except ConfigError as exc:
