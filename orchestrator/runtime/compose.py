@@ -19,7 +19,7 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import RuntimeFailure, RuntimeSpec, hookimpl
-from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.settings import Settings
 
 NAME = "compose"
@@ -72,8 +72,25 @@ class ComposeRuntime:
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """Compose would start the app once Docker's schedule of the database's healthcheck (every 2 s) says
+        healthy. When what the built services wait for is the health of services that run an image as it is
+        (started during the build: start_dependencies), the service runs those healthchecks itself, at once
+        and every READY_PAUSE seconds, then starts the built services without touching the rest (`--no-deps`).
+        Other conditions (a job that must complete first) are left to compose."""
         with _failure("Containers failed to start"):
-            self.compose.up(deployment_id, compose_file, log, control)
+            dependencies = prebuilt_services(compose_file)
+            gate = health_gate(compose_file, dependencies)
+            if not dependencies or gate is None:
+                self.compose.up(deployment_id, compose_file, log, control)
+                return
+            built, awaited = gate
+            containers = [c for c in self.docker.containers(deployment_id) if c.service in dependencies]
+            if {c.service for c in containers if c.running} != set(dependencies):  # the early start failed
+                self.compose.up_services(deployment_id, compose_file, dependencies, log, control)
+                containers = [c for c in self.docker.containers(deployment_id) if c.service in dependencies]
+            control.check()
+            self._await_healthchecks(deployment_id, [c for c in containers if c.service in awaited], log, control)
+            self.compose.up_without_dependencies(deployment_id, compose_file, built, log, control)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with _failure("Containers could not be stopped"):
@@ -91,22 +108,30 @@ class ComposeRuntime:
             dependencies = [c for c in containers if c.service != "app"]
             self.docker.start([c.ident for c in dependencies], log)
             control.check()
-            waiting = [c for c in dependencies if c.healthcheck]
-            checked = ", ".join(c.service for c in waiting)
-            started, runs = time.monotonic(), 0
-            while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
-                runs += 1
-                if time.monotonic() - started > READY_TIMEOUT:
-                    names = ", ".join(c.service for c in waiting)
-                    raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
-                                                                        f"{READY_TIMEOUT:.0f}s")
-                control.wait(READY_PAUSE)
-                control.check()
-            if checked:
-                log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
-                         f"{'s' if runs else ''})")
+            self._await_healthchecks(deployment_id, dependencies, log, control)
             control.check()
             self.docker.start([c.ident for c in containers if c.service == "app"], log)
+
+    def _await_healthchecks(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
+                            control: FlowControl) -> None:
+        """Until the healthcheck of every container that has one passes; a container that exits or restarts
+        meanwhile fails at once, with what `problem` says of it."""
+        waiting = [c for c in containers if c.healthcheck]
+        checked = ", ".join(c.service for c in waiting)
+        started, runs = time.monotonic(), 0
+        while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
+            runs += 1
+            if (problem := self.problem(deployment_id)) is not None:
+                raise RuntimeFailure("Containers failed to start", problem)
+            if time.monotonic() - started > READY_TIMEOUT:
+                names = ", ".join(c.service for c in waiting)
+                raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
+                                                                    f"{READY_TIMEOUT:.0f}s")
+            control.wait(READY_PAUSE)
+            control.check()
+        if checked:
+            log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
+                     f"{'s' if runs else ''})")
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:
@@ -169,6 +194,26 @@ def prebuilt_services(compose_file: Path) -> list[str]:
     services = document.get("services") or {}
     return [name for name, service in services.items()
             if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
+
+
+def health_gate(compose_file: Path, dependencies: list[str]) -> tuple[list[str], set[str]] | None:
+    """The services to start after the gate, and the dependencies whose health they wait for; None when a
+    built service waits for a dependency in another way (`service_completed_successfully`)."""
+    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+    built = [name for name in document.get("services") or {} if name not in dependencies]
+    awaited: set[str] = set()
+    for name in built:
+        depends_on = (document["services"][name] or {}).get("depends_on") or {}
+        if isinstance(depends_on, list):  # the short form: service_started
+            continue
+        for dependency, condition in depends_on.items():
+            wanted = (condition or {}).get("condition", "service_started")
+            if dependency not in dependencies or wanted == "service_started":
+                continue  # among the built services compose keeps their order itself
+            if wanted != "service_healthy":
+                return None
+            awaited.add(dependency)
+    return built, awaited
 
 
 @contextmanager

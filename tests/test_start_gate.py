@@ -1,0 +1,101 @@
+"""The compose runtime's start: the app waits for its dependencies' own healthchecks, run by the service, not for
+Docker's schedule of them (the database's, every 2 s); conditions it does not run itself are left to compose."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.adapters.commands import DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.runtime.compose import ComposeRuntime, health_gate, prebuilt_services
+from tests.support.standins import STANDIN_OVERRIDES, require_engine
+
+BASE = STANDIN_OVERRIDES["debian:bookworm-slim"]
+
+
+def write(path: Path, services: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump({"services": services}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_the_gate_runs_what_the_app_waits_for_and_leaves_other_conditions_to_compose(tmp_path: Path) -> None:
+    services: dict[str, object] = {
+        "app": {"build": ".", "depends_on": {"db": {"condition": "service_healthy"},
+                                             "cache": {"condition": "service_started"}}},
+        "db": {"image": "postgres:16"}, "cache": {"image": "redis:7"},
+        "worker": {"build": ".", "depends_on": ["db"]},
+    }
+    compose_file = write(tmp_path / "a.yml", services)
+    dependencies = prebuilt_services(compose_file)
+    assert dependencies == ["db", "cache"]
+    assert health_gate(compose_file, dependencies) == (["app", "worker"], {"db"})
+    services["app"]["depends_on"]["migrate"] = {"condition": "service_completed_successfully"}  # type: ignore[index]
+    services["migrate"] = {"image": "migrator:1"}
+    compose_file = write(tmp_path / "b.yml", services)
+    assert health_gate(compose_file, prebuilt_services(compose_file)) is None
+
+
+def project(tmp_path: Path, db: dict[str, object]) -> tuple[ComposeRuntime, str, Path, DeploymentLog]:
+    deployment = f"gate-test-{uuid.uuid4().hex[:8]}"
+    labels = {DEPLOYMENT_LABEL: deployment}
+    compose_file = write(tmp_path / "compose.yml", {
+        "db": {"image": BASE, "labels": labels, "init": True, **db},
+        "app": {"image": BASE, "labels": labels, "init": True, "command": ["sleep", "600"],
+                "depends_on": {"db": {"condition": "service_healthy"}}},
+    })
+    return (ComposeRuntime(120, HostEnv.for_state_dir(tmp_path)), deployment, compose_file,
+            DeploymentLog(tmp_path / "deploy.log"))
+
+
+def inspect(deployment: str, service: str) -> dict:
+    ident = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={DEPLOYMENT_LABEL}={deployment}",
+                            "--filter", f"label=com.docker.compose.service={service}"],
+                           capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    return json.loads(subprocess.run(["docker", "inspect", *ident], capture_output=True, text=True, check=True,
+                                     timeout=60).stdout)[0]
+
+
+@pytest.mark.docker
+def test_the_app_starts_once_the_healthcheck_passes_not_when_docker_next_runs_it(tmp_path: Path) -> None:
+    require_engine()
+    # Healthy after about a second; Docker itself would look first after 60 s.
+    runtime, deployment, compose_file, log = project(tmp_path, {
+        "command": ["sh", "-c", "sleep 1 && touch /tmp/ready && exec sleep 600"],
+        "healthcheck": {"test": ["CMD", "test", "-e", "/tmp/ready"], "interval": "60s", "start_period": "60s"},
+    })
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        runtime.start(deployment, compose_file, log, FlowControl(120))
+        assert inspect(deployment, "app")["State"]["Running"]
+        # the app runs although Docker has not yet run the database's healthcheck even once
+        assert inspect(deployment, "db")["State"]["Health"]["Status"] == "starting"
+        assert "healthcheck of db passes" in log.path.read_text()
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_dependency_that_exits_while_the_app_waits_fails_the_start_with_its_exit_code(tmp_path: Path) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, {
+        "command": ["sh", "-c", "sleep 1; exit 3"],
+        "healthcheck": {"test": ["CMD", "false"], "interval": "60s"},
+    })
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        with pytest.raises(RuntimeFailure) as failure:
+            runtime.start(deployment, compose_file, log, FlowControl(120))
+        assert failure.value.message == "Containers failed to start"
+        assert "db" in failure.value.detail and "3" in failure.value.detail
+        assert "app" not in {c.service for c in runtime.docker.containers(deployment) if c.running}
+    finally:
+        runtime.remove(deployment, compose_file)
