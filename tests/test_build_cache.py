@@ -45,6 +45,10 @@ def test_the_go_build_step_mounts_one_cache_per_repository(host: PluginHost, tmp
     assert MOUNT.findall(go_dockerfile(host, tmp_path / "a2", "acme", "shop", 2)) == [ident]  # the next PR's
     assert MOUNT.findall(go_dockerfile(host, tmp_path / "b", "acme", "billing", 1)) != [ident]  # another repo
     assert MOUNT.findall(go_dockerfile(host, tmp_path / "c", "acme", "shop", 1, key=b"another key")) != [ident]
+    # two repositories whose names make the same slug (acme-shop-api) still have a cache each
+    dotted, dashed = (make_context("acme", name, 1, 8001, 9001, KEY, build_cache=True).cache_mount("go-build", GO_CACHE)
+                      for name in ("shop.api", "shop-api"))
+    assert dotted != dashed
     for plain in (go_dockerfile(host, tmp_path / "d", "acme", "shop", 1, build_cache=False),  # BUILD_CACHE_MOUNTS
                   go_dockerfile(host, tmp_path / "e", "acme", "shop", 1, key=None)):  # `render` without secrets
         assert "--mount" not in plain and "RUN go build" in plain
@@ -53,7 +57,7 @@ def test_the_go_build_step_mounts_one_cache_per_repository(host: PluginHost, tmp
 def test_a_cache_mount_takes_no_option_from_its_arguments() -> None:
     context = make_context("acme", "shop", 1, 8001, 9001, KEY, build_cache=True)
     for name, target in (("go-build", "/cache,id=po-cache-0"), ("go-build", "relative"), ("Go,id=x", "/cache"),
-                         ("go-build", "/cache target")):
+                         ("go-build", "/cache target"), ("go-build", "/cache\n"), ("go-build\n", "/cache")):
         with pytest.raises(ValueError, match="cache mount"):
             context.cache_mount(name, target)
 

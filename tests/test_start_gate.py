@@ -64,21 +64,60 @@ def inspect(deployment: str, service: str) -> dict:
                                      timeout=60).stdout)[0]
 
 
+# Healthy about a second after each start; Docker itself would run the healthcheck first after 60 s.
+SLOW_DATABASE: dict[str, object] = {
+    "command": ["sh", "-c", "rm -f /tmp/ready; sleep 1 && touch /tmp/ready && exec sleep 600"],
+    "healthcheck": {"test": ["CMD", "test", "-e", "/tmp/ready"], "interval": "60s", "start_period": "60s"},
+}
+
+
+def start(runtime: ComposeRuntime, deployment: str, compose_file: Path, log: DeploymentLog) -> None:
+    """As a deploy does: the dependencies during the build, then the rest."""
+    runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+    runtime.start(deployment, compose_file, log, FlowControl(120))
+
+
 @pytest.mark.docker
 def test_the_app_starts_once_the_healthcheck_passes_not_when_docker_next_runs_it(tmp_path: Path) -> None:
     require_engine()
-    # Healthy after about a second; Docker itself would look first after 60 s.
-    runtime, deployment, compose_file, log = project(tmp_path, {
-        "command": ["sh", "-c", "sleep 1 && touch /tmp/ready && exec sleep 600"],
-        "healthcheck": {"test": ["CMD", "test", "-e", "/tmp/ready"], "interval": "60s", "start_period": "60s"},
-    })
+    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
     try:
-        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
-        runtime.start(deployment, compose_file, log, FlowControl(120))
+        start(runtime, deployment, compose_file, log)
         assert inspect(deployment, "app")["State"]["Running"]
         # the app runs although Docker has not yet run the database's healthcheck even once
         assert inspect(deployment, "db")["State"]["Health"]["Status"] == "starting"
         assert "healthcheck of db passes" in log.path.read_text()
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_wake_waits_for_the_database_while_the_app_container_is_still_stopped(tmp_path: Path) -> None:
+    """The app of a sleeping preview is stopped (exited) until the database is healthy: only the awaited
+    containers are judged meanwhile."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        runtime.stop(deployment, log)
+        assert not inspect(deployment, "app")["State"]["Running"]
+        runtime.wake(deployment, compose_file, log, FlowControl(120))
+        assert inspect(deployment, "app")["State"]["Running"]
+        assert log.path.read_text().count("healthcheck of db passes") == 2  # the wake waited for it too
+        assert "rounds" in log.path.read_text().rsplit("healthcheck of db passes", 1)[1].splitlines()[0]
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_without_a_healthcheck_a_service_healthy_wait_is_left_to_compose(tmp_path: Path) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, {"command": ["sleep", "600"]})
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        with pytest.raises(RuntimeFailure) as failure:
+            runtime.start(deployment, compose_file, log, FlowControl(120))
+        assert "healthcheck" in failure.value.detail.lower()  # compose's own word for it
     finally:
         runtime.remove(deployment, compose_file)
 

@@ -58,9 +58,11 @@ class BuildSteps:
             self.wait_healthy(event, target, record, config, compose_file, control)
         # The containers' output goes into the log while nginx takes the route (both wait on other processes).
         with ThreadPoolExecutor(1, thread_name_prefix="output") as pool:
-            pool.submit(self.keep_output, event, target, record, compose_file)
+            kept = pool.submit(self.keep_output, event, target, record, compose_file)
             with clock.stage("route"):
                 self.route(event, target, record, route_served, control)
+        if (error := kept.exception()) is not None:
+            target.log.note(f"container output not kept: {error!r}")
         return clock.seconds
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -77,10 +79,13 @@ class BuildSteps:
             except RuntimeFailure as exc:
                 raise StepFailed(exc.message, exc.detail) from None
             finally:
-                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
+                failed = early.exception()
+                if failed is not None:
                     target.log.note(f"early start of the dependencies failed: {failed}")
         with clock.stage("start"):
             try:
+                if failed is not None:  # again, now: its failure is the deploy's (the old containers may run)
+                    runtime.start_dependencies(event.deployment_id, compose_file, target.log, control)
                 runtime.start(event.deployment_id, compose_file, target.log, control)
             except RuntimeFailure as exc:
                 raise StepFailed(exc.message, exc.detail) from None

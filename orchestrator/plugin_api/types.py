@@ -105,10 +105,12 @@ class RenderContext(BaseModel):
         previews of a repository share today."""
         if not self.build_cache or self.secret_key is None:
             return ""
-        if not NAME_PATTERN.match(name) or not _CACHE_TARGET.match(target):
+        if not NAME_PATTERN.fullmatch(name) or not _CACHE_TARGET.fullmatch(target):
             raise ValueError(f"cache mount {name!r} at {target!r}: a lower-case name and an absolute path")
         key = self.secret_key.get_secret_value().encode("latin-1")
-        digest = hmac.new(key, f"{self.project_slug}:cache:{name}".encode(), hashlib.sha256).hexdigest()[:32]
+        # the repository's exact name: two repositories can share a slug (`a/b.c`, `a/b-c`)
+        repository = f"{self.owner}/{self.repo}".lower()
+        digest = hmac.new(key, f"{repository}:cache:{name}".encode(), hashlib.sha256).hexdigest()[:32]
         return f"--mount=type=cache,id={CACHE_ID_PREFIX}{digest},target={target} "
 
 

@@ -89,7 +89,12 @@ class ComposeRuntime:
                 self.compose.up_services(deployment_id, compose_file, dependencies, log, control)
                 containers = [c for c in self.docker.containers(deployment_id) if c.service in dependencies]
             control.check()
-            self._await_healthchecks(deployment_id, [c for c in containers if c.service in awaited], log, control)
+            awaited_containers = [c for c in containers if c.service in awaited]
+            if len({c.service for c in awaited_containers if c.healthcheck}) != len(awaited):
+                # one has no healthcheck (or no container): compose says what is wrong with that
+                self.compose.up(deployment_id, compose_file, log, control)
+                return
+            self._await_healthchecks(deployment_id, awaited_containers, log, control)
             self.compose.up_without_dependencies(deployment_id, compose_file, built, log, control)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
@@ -114,14 +119,15 @@ class ComposeRuntime:
 
     def _await_healthchecks(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
                             control: FlowControl) -> None:
-        """Until the healthcheck of every container that has one passes; a container that exits or restarts
+        """Until the healthcheck of every container that has one passes; one of them that exits or restarts
         meanwhile fails at once, with what `problem` says of it."""
         waiting = [c for c in containers if c.healthcheck]
         checked = ", ".join(c.service for c in waiting)
         started, runs = time.monotonic(), 0
         while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
             runs += 1
-            if (problem := self.problem(deployment_id)) is not None:
+            # only the awaited ones: the app container of a sleeping or failed preview is stopped meanwhile
+            if (problem := self.problem(deployment_id, tuple(c.service for c in waiting))) is not None:
                 raise RuntimeFailure("Containers failed to start", problem)
             if time.monotonic() - started > READY_TIMEOUT:
                 names = ", ".join(c.service for c in waiting)
@@ -149,10 +155,11 @@ class ComposeRuntime:
         with _failure("Container logs could not be read"):
             return self.compose.logs(deployment_id, compose_file, service, tail=tail)
 
-    def problem(self, deployment_id: str) -> str | None:
+    def problem(self, deployment_id: str, services: tuple[str, ...] = WATCHED) -> str | None:
+        """Why one of `services` cannot come up (it exited, or restarts), or None."""
         with _failure("Containers could not be inspected"):
             states = self.docker.container_states(deployment_id)
-        for service in WATCHED:
+        for service in services:
             state = states.get(service)
             if state is None:
                 continue
