@@ -79,13 +79,10 @@ class BuildSteps:
             except RuntimeFailure as exc:
                 raise StepFailed(exc.message, exc.detail) from None
             finally:
-                failed = early.exception()
-                if failed is not None:
+                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
                     target.log.note(f"early start of the dependencies failed: {failed}")
         with clock.stage("start"):
             try:
-                if failed is not None:  # again, now: its failure is the deploy's (the old containers may run)
-                    runtime.start_dependencies(event.deployment_id, compose_file, target.log, control)
                 runtime.start(event.deployment_id, compose_file, target.log, control)
             except RuntimeFailure as exc:
                 raise StepFailed(exc.message, exc.detail) from None

@@ -25,6 +25,7 @@ from orchestrator.settings import Settings
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
 READY_PAUSE = 0.1  # wake: between two runs of a dependency's healthcheck
+LOOK_SECONDS = 1.0  # how often a dependency being awaited is checked for having exited
 READY_TIMEOUT = 120.0
 
 
@@ -72,30 +73,11 @@ class ComposeRuntime:
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """Compose would start the app once Docker's schedule of the database's healthcheck (every 2 s) says
-        healthy. When what the built services wait for is the health of services that run an image as it is
-        (started during the build: start_dependencies), the service runs those healthchecks itself, at once
-        and every READY_PAUSE seconds, then starts the built services without touching the rest (`--no-deps`).
-        Other conditions (a job that must complete first) are left to compose."""
+        """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
+        healthy. Running that healthcheck itself at short intervals instead (as `wake` does) was measured
+        slower on a 2-core host: the probes take CPU from the database's first start (docs/benchmarks.md)."""
         with _failure("Containers failed to start"):
-            dependencies = prebuilt_services(compose_file)
-            gate = health_gate(compose_file, dependencies)
-            if not dependencies or gate is None:
-                self.compose.up(deployment_id, compose_file, log, control)
-                return
-            built, awaited = gate
-            containers = [c for c in self.docker.containers(deployment_id) if c.service in dependencies]
-            if {c.service for c in containers if c.running} != set(dependencies):  # the early start failed
-                self.compose.up_services(deployment_id, compose_file, dependencies, log, control)
-                containers = [c for c in self.docker.containers(deployment_id) if c.service in dependencies]
-            control.check()
-            awaited_containers = [c for c in containers if c.service in awaited]
-            if len({c.service for c in awaited_containers if c.healthcheck}) != len(awaited):
-                # one has no healthcheck (or no container): compose says what is wrong with that
-                self.compose.up(deployment_id, compose_file, log, control)
-                return
-            self._await_healthchecks(deployment_id, awaited_containers, log, control)
-            self.compose.up_without_dependencies(deployment_id, compose_file, built, log, control)
+            self.compose.up(deployment_id, compose_file, log, control)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with _failure("Containers could not be stopped"):
@@ -124,11 +106,15 @@ class ComposeRuntime:
         waiting = [c for c in containers if c.healthcheck]
         checked = ", ".join(c.service for c in waiting)
         started, runs = time.monotonic(), 0
+        looked = started - LOOK_SECONDS  # the first round that fails looks
         while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
             runs += 1
-            # only the awaited ones: the app container of a sleeping or failed preview is stopped meanwhile
-            if (problem := self.problem(deployment_id, tuple(c.service for c in waiting))) is not None:
-                raise RuntimeFailure("Containers failed to start", problem)
+            # Every LOOK_SECONDS (inspecting costs as much as a probe), and only the awaited ones: the app
+            # container of a sleeping or failed preview is stopped meanwhile.
+            if time.monotonic() - looked >= LOOK_SECONDS:
+                looked = time.monotonic()
+                if (problem := self.problem(deployment_id, tuple(c.service for c in waiting))) is not None:
+                    raise RuntimeFailure("Containers failed to start", problem)
             if time.monotonic() - started > READY_TIMEOUT:
                 names = ", ".join(c.service for c in waiting)
                 raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
@@ -201,26 +187,6 @@ def prebuilt_services(compose_file: Path) -> list[str]:
     services = document.get("services") or {}
     return [name for name, service in services.items()
             if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
-
-
-def health_gate(compose_file: Path, dependencies: list[str]) -> tuple[list[str], set[str]] | None:
-    """The services to start after the gate, and the dependencies whose health they wait for; None when a
-    built service waits for a dependency in another way (`service_completed_successfully`)."""
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    built = [name for name in document.get("services") or {} if name not in dependencies]
-    awaited: set[str] = set()
-    for name in built:
-        depends_on = (document["services"][name] or {}).get("depends_on") or {}
-        if isinstance(depends_on, list):  # the short form: service_started
-            continue
-        for dependency, condition in depends_on.items():
-            wanted = (condition or {}).get("condition", "service_started")
-            if dependency not in dependencies or wanted == "service_started":
-                continue  # among the built services compose keeps their order itself
-            if wanted != "service_healthy":
-                return None
-            awaited.add(dependency)
-    return built, awaited
 
 
 @contextmanager

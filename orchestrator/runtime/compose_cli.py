@@ -64,12 +64,6 @@ class Compose:
         self._compose(project, compose_file, ["up", "--detach", "--no-build", *services], compose_file.parent, log,
                       control=control)
 
-    def up_without_dependencies(self, project: str, compose_file: Path, services: list[str], log: DeploymentLog,
-                                control: FlowControl) -> None:
-        """Start `services`, leaving the services they depend on as they are and not waiting for them."""
-        self._compose(project, compose_file, ["up", "--detach", "--remove-orphans", "--no-deps", *services],
-                      compose_file.parent, log, control=control)
-
     def pull(self, project: str, compose_file: Path, service: str, log: DeploymentLog,
              control: FlowControl) -> None:
         self._compose(project, compose_file, ["pull", service], compose_file.parent, log, control=control)
@@ -97,7 +91,6 @@ class Container:
     ident: str
     service: str  # its compose service
     healthcheck: list[str] | None  # the test of its healthcheck (["CMD", ...] or ["CMD-SHELL", "..."]), if any
-    running: bool = False
 
 
 class DockerResources:
@@ -121,8 +114,7 @@ class DockerResources:
             config = item.get("Config") or {}
             test = (config.get("Healthcheck") or {}).get("Test") or None
             found.append(Container(str(item.get("Id", "")), str((config.get("Labels") or {}).get(
-                COMPOSE_SERVICE_LABEL, item.get("Name", ""))), [str(part) for part in test] if test else None,
-                bool((item.get("State") or {}).get("Running"))))
+                COMPOSE_SERVICE_LABEL, item.get("Name", ""))), [str(part) for part in test] if test else None))
         return found
 
     def start(self, idents: list[str], log: DeploymentLog | None) -> None:
