@@ -16,6 +16,7 @@ from typing import Any
 from bench.ack import bench_ack
 from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
+from bench.density import bench_density
 from bench.preview import bench_preview
 from bench.scale import bench_scale
 from bench.sleep import bench_sleep
@@ -23,7 +24,7 @@ from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
-    "swarm": bench_swarm, "sleep": bench_sleep,
+    "swarm": bench_swarm, "sleep": bench_sleep, "density": bench_density,
 }
 
 
@@ -96,6 +97,18 @@ def report(results: dict[str, Any]) -> str:
                                                    "wake flow s (median)"],
                           [[f"{name} ({s['sample']})", s["median_request_s"], s["max_request_s"],
                             s["median_wake_flow_s"]] for name, s in sleep["samples"].items()]))
+    if "density" in results:
+        d = results["density"]
+        out.append(_table(f"Density: {d['previews']} Go previews, idle after {d['idle_seconds']:.0f} s",
+                          ["figure", "value"],
+                          [["all running, s", d["all_running_s"]], ["memory before, MiB", d["memory_before_mib"]],
+                           ["memory at peak, MiB", d["memory_peak_mib"]],
+                           ["memory all asleep, MiB", d["memory_asleep_mib"]],
+                           ["running containers asleep", d["running_containers_asleep"]],
+                           ["wake, Go page, s (median)", d["wake_go_s"]["median"]],
+                           ["wake, Go page, s (max)", d["wake_go_s"]["max"]],
+                           ["wake, PostgreSQL page, s", d["wake_postgres_s"]],
+                           ["all removed, s", d["all_removed_s"]], ["memory after, MiB", d["memory_after_mib"]]]))
     return "\n".join(out)
 
 

@@ -29,11 +29,14 @@ class Budget:
     concurrency_prs: int = 10
     concurrency_builds: tuple[int, ...] = (1, 2, 4)
     sleep_repeats: int = 5
+    density_previews: int = 200
+    density_idle_seconds: float = 60.0
 
 
 SMOKE = Budget(ack_rates=(20,), ack_seconds=1.0, ack_connections=2, saturation_connections=(2,),
                saturation_requests=20, scale_sizes=(10,), scale_requests=5, preview_repeats=1,
-               concurrency_prs=2, concurrency_builds=(2,), sleep_repeats=1)
+               concurrency_prs=2, concurrency_builds=(2,), sleep_repeats=1, density_previews=2,
+               density_idle_seconds=3.0)
 
 
 @contextmanager

@@ -28,7 +28,9 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
             },
             "volumes": ["db-data:/data/db"],
             "healthcheck": {
-                "test": ["CMD", "mongosh", "--quiet", "--eval", "db.adminCommand('ping').ok"],
+                # Through the network (`db`), not 127.0.0.1: while the image sets up the first start, a
+                # temporary mongod listens on 127.0.0.1 only and would pass a local ping too early.
+                "test": ["CMD", "mongosh", "--quiet", "--host", "db", "--eval", "db.adminCommand('ping').ok"],
                 "interval": "2s", "timeout": "5s", "retries": 30, "start_period": "5s",
             },
         },

@@ -43,6 +43,9 @@ class PluginSettings(BaseSettings):
 
     # `from=to,from=to`: swap images of built-in templates (a registry mirror, or local stand-ins).
     image_overrides: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    # Default Dockerfiles may keep a compiler's cache in a BuildKit cache mount shared by a repository's previews
+    # (docs/benchmarks.md). Off: they build on the classic builder too (an engine older than 18.09).
+    build_cache_mounts: bool = True
     preview_orchestrator_disable_plugins: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("image_overrides", mode="before")

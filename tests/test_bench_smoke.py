@@ -55,3 +55,14 @@ def test_sleep_benchmark_runs(tmp_path: Path) -> None:
         sample = data["sleep"]["samples"][name]
         [run] = sample["runs"]
         assert 0 < run["wake_flow_s"] <= run["request_s"], (name, run)
+
+
+@pytest.mark.live
+@pytest.mark.docker
+def test_density_benchmark_runs(tmp_path: Path) -> None:
+    data = run_bench("density", tmp_path / "out.json")
+    density = data["density"]
+    assert density["previews"] == 2 and density["all_running_s"] > 0
+    assert density["running_containers_asleep"] >= 0 and density["memory_asleep_mib"] > 0
+    [wake] = density["wake_go_s"]["runs"]  # the Go preview woken, the PostgreSQL one apart
+    assert 0 < wake and 0 < density["wake_postgres_s"]

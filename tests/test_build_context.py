@@ -25,6 +25,18 @@ def test_the_repository_s_own_ignores_are_kept_and_ours_replaced_not_repeated(tm
         f"node_modules\n*.log\n\n{MARKER}\n/.git\n/compose.preview.yml\n")
 
 
+def test_an_injected_dockerfile_gets_the_same_rules_in_its_own_ignore_file(tmp_path: Path) -> None:
+    """BuildKit prefers `<Dockerfile>.dockerignore`: a pull request's own one (here: keeping everything) would
+    put the injected Dockerfile, with the repository's build-cache id, into the image."""
+    (tmp_path / ".dockerignore").write_text("node_modules\n")
+    (tmp_path / "Dockerfile.preview-orchestrator.dockerignore").write_text("# keep everything\n")
+    keep_out_of_images(tmp_path, ["compose.preview.yml", "Dockerfile.preview-orchestrator"])
+    expected = (f"node_modules\n\n{MARKER}\n/.git\n/Dockerfile.preview-orchestrator\n"
+                "/Dockerfile.preview-orchestrator.dockerignore\n/compose.preview.yml\n")
+    assert (tmp_path / ".dockerignore").read_text() == expected
+    assert (tmp_path / "Dockerfile.preview-orchestrator.dockerignore").read_text() == expected
+
+
 def test_without_a_dockerignore_one_is_written(tmp_path: Path) -> None:
     keep_out_of_images(tmp_path, ["compose.preview.yml"])
     keep_out_of_images(tmp_path, ["compose.preview.yml"])
@@ -46,6 +58,8 @@ def test_a_linked_dockerignore_is_replaced_never_written_through(tmp_path: Path)
 def _render_and_build(repo_url: str, branch: str, work: Path, pr: int) -> str:
     subprocess.run(["git", "clone", "-q", "--separate-git-dir", f"{work}.git", "--branch", branch, repo_url,
                     str(work)], check=True, capture_output=True, timeout=60)
+    # as if the pull request shipped it: an ignore file of the injected Dockerfile that keeps everything
+    (work / "Dockerfile.preview-orchestrator.dockerignore").write_text("# keep everything\n")
     plugins = build_plugin_host()
     config = load_checkout_config(plugins, work)
     # per preview: its own number, ports and password key — everything the generated files differ by
@@ -73,7 +87,8 @@ def test_two_previews_of_one_commit_build_one_image_without_the_generated_files(
         listing = subprocess.run(["docker", "run", "--rm", "--entrypoint", "ls", images[0], "-a", "/app"],
                                  check=True, capture_output=True, text=True, timeout=60).stdout.split()
         assert "app.py" in listing  # the repository is there
-        assert not {"compose.preview.yml", "Dockerfile.preview-orchestrator", ".git"} & set(listing), listing
+        assert not {"compose.preview.yml", "Dockerfile.preview-orchestrator", ".git",
+                    "Dockerfile.preview-orchestrator.dockerignore"} & set(listing), listing
     finally:
         subprocess.run(["docker", "image", "rm", "--force", *images], capture_output=True, timeout=60)
 

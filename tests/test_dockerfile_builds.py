@@ -1,7 +1,11 @@
-"""Each built-in Dockerfile builds with the real engine from stand-in images, and the app it builds serves."""
+"""Each built-in Dockerfile builds with the real engine from stand-in images, and the app it builds serves.
+
+Rendered without cache mounts (BUILD_CACHE_MOUNTS=false) and built by the classic builder (DOCKER_BUILDKIT=0):
+every template must build there too. The service's own builds (compose, BuildKit) run in the end-to-end tests."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -21,7 +25,8 @@ pytestmark = pytest.mark.docker
 
 
 def docker(*args: str, timeout: float = 600) -> str:
-    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "DOCKER_BUILDKIT": "0"})
     if result.returncode != 0:
         raise AssertionError(f"docker {' '.join(args[:2])} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout.strip()
@@ -33,7 +38,7 @@ def test_builtin_dockerfile_builds_and_serves(host: PluginHost, tmp_path: Path, 
     repo = tmp_path / framework
     shutil.copytree(SAMPLES / framework, repo)
     config = load_checkout_config(host, repo)
-    context = make_context("acme", "sample", 1, 8001, 9001, b"k", STANDIN_OVERRIDES)
+    context = make_context("acme", "sample", 1, 8001, 9001, b"k", STANDIN_OVERRIDES, build_cache=False)
     rendered = render_deployment(host, repo, config, context)
     assert INJECTED_DOCKERFILE in rendered.files
     write_rendered(repo, rendered)

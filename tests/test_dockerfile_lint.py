@@ -19,7 +19,7 @@ from tests.support.repos import config_for, make_repo
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 RULES = Path(__file__).parent / "hadolint.yaml"
-CONTEXT = make_context("acme", "lint", 1, 8001, 9001, b"k")
+CONTEXT = make_context("acme", "lint", 1, 8001, 9001, b"k", build_cache=True)  # as the service renders
 
 VARIANTS = {
     "nestjs-npm-ci": ("nestjs", "postgres", {"package.json": '{"scripts": {"build": "nest build"}}',

@@ -123,6 +123,8 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     kept_dir.mkdir(parents=True)
 
     engine.startup(open_deployments={"acme-api-2"})
+    assert engine.reconciler.reports is not None
+    engine.reconciler.reports.join(timeout=60)
 
     deployments = engine.store.read().deployments
     assert deployments["acme-api-1"].status == "failed" and deployments["acme-api-1"].error == INTERRUPTED
@@ -142,6 +144,21 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     assert not (routes / "activity" / "ghost-repo-pr-9.log").exists()
     assert (routes / "activity" / "acme-api-pr-6.log").exists()
     assert not orphan_dir.exists() and kept_dir.exists()
+
+
+def test_startup_answers_before_a_slow_code_host_hears_of_interrupted_builds(make_settings, codehost) -> None:  # noqa: ANN001
+    """With the code host failing, each report is retried; start-up (which the HTTP server waits for) must not."""
+    engine = make_engine(make_settings, codehost, codehost_retry_base_seconds=0.5)
+    comment = engine.codehost.upsert_comment("acme", "api", 1, None, "building")
+    seed(engine, *(record(pr, "building").model_copy(update={"commentId": comment}) for pr in (1, 4, 5)))
+    codehost.fail_next(3, 502)  # the first report is retried three times (0.5 s, 1 s, 2 s), then posted
+    engine.startup(open_deployments=set())
+    # settled at once; the reports are still retrying in the background
+    assert {r.status for r in engine.store.read().deployments.values()} == {"failed"}
+    assert engine.reconciler.reports is not None and engine.reconciler.reports.is_alive()
+    engine.reconciler.reports.join(timeout=120)
+    [posted] = codehost.comments_on("acme", "api", 1)
+    assert INTERRUPTED in posted["body"]
 
 
 def test_ttl_queues_one_cleanup_per_expired_preview(make_settings, codehost, tmp_path: Path) -> None:  # noqa: ANN001

@@ -38,7 +38,7 @@ KEY = b"snapshot-key"
 
 
 def render(host: PluginHost, repo: Path, pr: int = 7, overrides: dict[str, str] | None = None):  # noqa: ANN201
-    context = make_context("Acme", "Shop.Api", pr, 8007, 9007, KEY, overrides)
+    context = make_context("Acme", "Shop.Api", pr, 8007, 9007, KEY, overrides, build_cache=True)  # as the service
     normalize = Compose(60, HostEnv.for_state_dir(repo)).normalized  # the real `docker compose config`
     return render_deployment(host, repo, load_checkout_config(host, repo), context, normalize)
 

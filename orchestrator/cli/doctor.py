@@ -28,6 +28,8 @@ from orchestrator.adapters.nginx_site import (
     includes_servers,
     names_bucket_size,
 )
+from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools, local_dockerd_args, read_daemon_json
+from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.settings import Settings
 from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
@@ -60,8 +62,8 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _proxy_program(settings), lambda: _proxy_test(settings, env), lambda: _routes_included(settings, env),
         lambda: _writable("state directory", settings.state_dir, "DEPLOYMENTS_DB"),
         lambda: _writable("work directory", settings.deployments_dir, "DEPLOYMENTS_DIR"),
-        lambda: _free_ports(settings), lambda: _disk(settings), lambda: _allowed_repos(settings),
-        lambda: _codehost(settings),
+        lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
+        lambda: _allowed_repos(settings), lambda: _codehost(settings),
     ]
     if settings.runtime == "swarm":
         from orchestrator.cli.doctor_swarm import swarm_probes  # it builds on Check, defined here
@@ -194,6 +196,23 @@ def _free_ports(settings: Settings) -> Check:
     db = sum(1 for port in DB_POOL if port not in taken and host_port_free(port))
     return Check("free ports in both pools", app > 0 and db > 0, f"{app} app ports, {db} db ports",
                  "close previews, or free ports 8000-9999")
+
+
+def _networks(settings: Settings, env: HostEnv) -> Check:
+    """Each preview's network takes a subnet from the engine's address pools (orchestrator/cli/address_pools.py)."""
+    name = "address pools hold MAX_CONCURRENT_PREVIEWS networks"
+    if env.docker().get("DOCKER_HOST", "unix://").split("://")[0] not in ("unix", ""):
+        return Check(name, True, "cannot tell for a remote engine (DOCKER_HOST)")
+    ok, output = _command(["docker", "network", "ls", "--quiet", "--filter", "driver=bridge", "--filter",
+                           f"label!={DEPLOYMENT_LABEL}"], env.docker())
+    others = max(len(output.split()) - 1, 0) if ok else 0  # docker0 is in the default pools
+    pools, source = configured_pools(read_daemon_json(), local_dockerd_args())
+    room = capacity(pools) - 1 - others
+    return Check(name, room >= settings.max_concurrent_previews,
+                 f"{room} networks for MAX_CONCURRENT_PREVIEWS={settings.max_concurrent_previews} ({source}"
+                 f"{f', {others} other networks' if others else ''})",
+                 f"add {SUGGESTED} to /etc/docker/daemon.json and restart the engine (docs/scaling.md), or lower "
+                 "MAX_CONCURRENT_PREVIEWS")
 
 
 def _disk(settings: Settings) -> Check:

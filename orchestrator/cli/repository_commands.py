@@ -52,7 +52,7 @@ def render(args: argparse.Namespace) -> int:
     key = password_key() if args.show_secrets else None
     try:
         context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port, key,
-                               settings.image_overrides)
+                               settings.image_overrides, settings.build_cache_mounts)
         config = load_checkout_config(host, args.dir)
         compose = Compose(60, HostEnv.for_state_dir(args.dir))
         rendered = render_deployment(host, args.dir.resolve(), config, context, compose.normalized)

@@ -25,8 +25,13 @@ class DeploymentLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Only root reads it (it shows what the build printed); never written through a link.
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as handle:
-                handle.write(text)
+            # One write: a block (the containers' output) stays whole beside lines another thread appends.
+            data = text.encode("utf-8", errors="replace")
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            finally:
+                os.close(fd)
         except OSError as exc:
             logging.getLogger("orchestrator.deployment_log").warning("deployment log %s not written: %s", self.path,
                                                                 exc.strerror)

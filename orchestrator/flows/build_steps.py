@@ -56,8 +56,13 @@ class BuildSteps:
         compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
         with clock.stage("health"):
             self.wait_healthy(event, target, record, config, compose_file, control)
-        with clock.stage("route"):
-            self.route(event, target, record, route_served, control)
+        # The containers' output goes into the log while nginx takes the route (both wait on other processes).
+        with ThreadPoolExecutor(1, thread_name_prefix="output") as pool:
+            kept = pool.submit(self.keep_output, event, target, record, compose_file)
+            with clock.stage("route"):
+                self.route(event, target, record, route_served, control)
+        if (error := kept.exception()) is not None:
+            target.log.note(f"container output not kept: {error!r}")
         return clock.seconds
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -147,7 +152,8 @@ class BuildSteps:
     def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
-                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides)
+                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
+                               self.c.settings.build_cache_mounts)
         try:
             rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
         except ConfigError as exc:
@@ -176,8 +182,8 @@ class BuildSteps:
     def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                      config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
         """Probe the health path while watching the containers: an app or database that exits or restarts
-        fails the deploy at once, with its own output. Whatever happens, the containers' output of this attempt
-        goes into the deployment log."""
+        fails the deploy at once, with its own output, which goes into the deployment log (a healthy one's
+        output is kept by `run`, beside the route)."""
         settings, runtime = self.c.settings, self.c.runtime
         url = runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
         probing = time.monotonic()
@@ -187,11 +193,14 @@ class BuildSteps:
                                    watch=lambda: self._problem(event.deployment_id))
         except AppStopped as exc:
             self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
-            raise StepFailed(str(exc), self.app_output(event.deployment_id, compose_file)) from None
-        finally:
             self.keep_output(event, target, record, compose_file)
+            raise StepFailed(str(exc), self.app_output(event.deployment_id, compose_file)) from None
+        except BaseException:  # cancelled, superseded, out of time: what the containers said is still kept
+            self.keep_output(event, target, record, compose_file)
+            raise
         self.c.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
         if not healthy:
+            self.keep_output(event, target, record, compose_file)
             raise StepFailed("Health check timeout", self.app_output(event.deployment_id, compose_file))
 
     def _problem(self, deployment_id: str) -> str | None:
@@ -219,8 +228,7 @@ class BuildSteps:
         password = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
                                 record.exposedDbPort, self.c.password_key()).db_password
         text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
-        target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):")
-        target.log.write(text or "(none)")
+        target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):\n{text or '(none)'}")
 
 
 def remove_tree(path: Path) -> None:

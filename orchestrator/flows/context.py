@@ -3,6 +3,7 @@ one deployment lives on this host."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime, can_sleep
+from orchestrator.plugin_api.types import CACHE_ID_PREFIX
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
+
+CACHE_ID = re.compile(re.escape(CACHE_ID_PREFIX) + "[0-9a-f]+")
 
 
 class StepFailed(Exception):
@@ -84,10 +88,11 @@ class FlowContext:
         return self._password_key
 
     def mask(self, text: str) -> str:
-        """The service's own secrets never reach a comment."""
+        """The service's own secrets never reach a comment, nor the ids of build caches (a build's output names
+        them; a pull request's own Dockerfile that knew one could write into that cache)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text
+        return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text)
 
     def limit_message(self) -> str:
         return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "

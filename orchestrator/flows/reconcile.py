@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from datetime import datetime, timedelta
 
 from orchestrator.adapters.leftovers import stop_marked_processes
@@ -27,14 +28,22 @@ class Reconciler:
     def __init__(self, context: FlowContext, reporter: Reporter) -> None:
         self.c = context
         self.reporter = reporter
+        self.reports: threading.Thread | None = None  # startup's reports of interrupted deploys
 
     def startup(self, open_deployments: set[str]) -> None:
         stop_marked_processes(self.c.env.marker)
         self._quietly(lambda: self.c.runtime.remove_leftovers(self.c.env.marker))
         data = self.c.store.read()
-        for deployment_id, record in data.deployments.items():
-            if record.status == "building" and deployment_id not in open_deployments:
-                self._settle_interrupted(record)
+        interrupted = [record for deployment_id, record in data.deployments.items()
+                       if record.status == "building" and deployment_id not in open_deployments]
+        for record in interrupted:
+            set_fields(self.c.store, record.deploymentId, status="failed", error=INTERRUPTED)
+            log.warning("left building by a restart; marked failed", extra={"deploymentId": record.deploymentId})
+        # The pull requests hear of it in the background: with the code host slow or down, retrying each
+        # comment would keep the service from answering webhooks for as long.
+        self.reports = threading.Thread(target=self._report_interrupted, args=(interrupted,),
+                                        name="startup-reports", daemon=True)
+        self.reports.start()
         known = set(data.deployments) | open_deployments
         owned = self._quietly(self.c.runtime.owned) or {}
         for deployment_id in sorted(set(owned.values()) - known):
@@ -69,14 +78,16 @@ class Reconciler:
             self.reporter.status(event, record.codehostDeploymentId, "failure", why)
         return reported
 
-    def _settle_interrupted(self, record: DeploymentRecord) -> None:
-        """A deploy a crash cut short: failed, and the pull request's comment and deployment say so."""
-        set_fields(self.c.store, record.deploymentId, status="failed", error=INTERRUPTED)
-        log.warning("left building by a restart; marked failed", extra={"deploymentId": record.deploymentId})
-        event = event_for_record(record, "synchronize", f"restart-{record.deploymentId}")
-        if record.commentId is not None:
-            self.reporter.comment(event, record.commentId, comments.failed(INTERRUPTED, record.commitSha))
-        self.reporter.status(event, record.codehostDeploymentId, "failure", INTERRUPTED)
+    def _report_interrupted(self, records: list[DeploymentRecord]) -> None:
+        """Deploys a crash cut short (marked failed): the pull requests' comments and deployments say so."""
+        for record in records:
+            current = self.c.store.read().deployments.get(record.deploymentId)
+            if current is None or current.status != "failed" or current.error != INTERRUPTED:
+                continue  # a push or a close took the preview over meanwhile: its own comment is the news
+            event = event_for_record(record, "synchronize", f"restart-{record.deploymentId}")
+            if record.commentId is not None:
+                self.reporter.comment(event, record.commentId, comments.failed(INTERRUPTED, record.commitSha))
+            self.reporter.status(event, record.codehostDeploymentId, "failure", INTERRUPTED)
 
     def _remove_stale_routes(self, data: StoreFile) -> None:
         routes = {f"{r.projectSlug}-pr-{r.prNumber}.conf" for r in data.deployments.values()}

@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+CACHE_ID_PREFIX = "po-cache-"  # comments mask every `po-cache-<hex>` (flows/context.py)
+_CACHE_TARGET = re.compile(r"^/[A-Za-z0-9._/-]{1,200}$")
 
 
 class _Spec(BaseModel):
@@ -66,6 +68,8 @@ class RenderContext(BaseModel):
     image_overrides: dict[str, str] = Field(default_factory=dict)
     secret_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
                                          description="The service's key; None renders placeholders")
+    build_cache: bool = Field(default=False, description="BuildKit cache mounts may be rendered "
+                                                         "(BUILD_CACHE_MOUNTS); off, templates build without")
 
     @property
     def database_name(self) -> str:
@@ -86,6 +90,28 @@ class RenderContext(BaseModel):
             return b"<secret>".ljust(length, b"-")[:length]
         key = self.secret_key.get_secret_value().encode("latin-1")
         return hmac.new(key, f"{self.deployment_id}:{purpose}".encode(), hashlib.sha256).digest()[:length]
+
+    def cache_mount(self, name: str, target: str) -> str:
+        """`--mount=type=cache,...` plus a space, for a RUN line of a template
+        (`RUN {{ cache_mount("go-build", "/root/.cache/go-build") }}go build ...`): a BuildKit cache at `target`
+        that outlives the image, shared by every preview of this repository and by no other repository. Its id
+        is derived from the service's key, so no Dockerfile of another repository can name it, and comments mask
+        it. "" when builds may use the classic builder (BUILD_CACHE_MOUNTS=false) or when rendering without the
+        key: the template must build either way.
+
+        Only for a step that runs no code of the repository (a compiler, not install scripts, setup.py or
+        build.rs): what one pull request's code wrote into the cache, the next pull request's build would use.
+        The id is part of the step's cache key, so a per-pull-request cache would also cost the layer that
+        previews of a repository share today."""
+        if not self.build_cache or self.secret_key is None:
+            return ""
+        if not NAME_PATTERN.fullmatch(name) or not _CACHE_TARGET.fullmatch(target):
+            raise ValueError(f"cache mount {name!r} at {target!r}: a lower-case name and an absolute path")
+        key = self.secret_key.get_secret_value().encode("latin-1")
+        # the repository's exact name: two repositories can share a slug (`a/b.c`, `a/b-c`)
+        repository = f"{self.owner}/{self.repo}".lower()
+        digest = hmac.new(key, f"{repository}:cache:{name}".encode(), hashlib.sha256).hexdigest()[:32]
+        return f"--mount=type=cache,id={CACHE_ID_PREFIX}{digest},target={target} "
 
 
 class AppService(BaseModel):

@@ -21,10 +21,17 @@ MARKER = "# preview-orchestrator: files it writes into the checkout stay out of 
 def keep_out_of_images(repo_dir: Path, names: Iterable[str]) -> None:
     """Append `names` (and `.git`) to the checkout's `.dockerignore`, replacing what an earlier deploy of this
     checkout appended. Patterns are anchored (`/name`): a file of that name deeper in the tree stays in."""
+    names = list(names)
     own = read_plain(repo_dir, IGNORE_FILE) or ""
     own = own.split(f"\n{MARKER}\n", 1)[0].removesuffix("\n") if MARKER in own else own.rstrip("\n")
     if own.startswith(MARKER):
         own = ""
-    entries = sorted({".git", *names})
+    # BuildKit reads `<Dockerfile>.dockerignore` before `.dockerignore`: a pull request's own file of that name
+    # beside an injected Dockerfile would decide what enters its image (the Dockerfile itself, with the
+    # repository's build-cache id, included). Each injected Dockerfile gets the same rules in its own file.
+    own_files = [f"{name}{IGNORE_FILE}" for name in names if name.startswith("Dockerfile")]
+    entries = sorted({".git", *names, *own_files})
     block = "\n".join([MARKER, *(f"/{name}" for name in entries)]) + "\n"
-    write_new(repo_dir, IGNORE_FILE, f"{own}\n\n{block}" if own else block)
+    text = f"{own}\n\n{block}" if own else block
+    for name in [IGNORE_FILE, *own_files]:
+        write_new(repo_dir, name, text)

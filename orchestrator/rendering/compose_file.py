@@ -44,9 +44,10 @@ __all__ = ["GENERATED_COMPOSE", "INJECTED_DOCKERFILE", "REPO_COMPOSE_OUTPUT", "R
 
 def make_context(
     owner: str, repo: str, pr_number: int, app_host_port: int, db_host_port: int, password_key: bytes | None,
-    image_overrides: dict[str, str] | None = None,
+    image_overrides: dict[str, str] | None = None, build_cache: bool = False,
 ) -> RenderContext:
-    """`password_key` None: the password is shown as a placeholder (`preview-orchestrator render`)."""
+    """`password_key` None: the password is shown as a placeholder (`preview-orchestrator render`).
+    `build_cache`: templates may use BuildKit cache mounts (BUILD_CACHE_MOUNTS; RenderContext.cache_mount)."""
     slug = project_slug(owner, repo)
     deployment = make_deployment_id(slug, pr_number)
     # Stable across updates (the database volume keeps it), unique per deployment, not guessable by a PR.
@@ -56,7 +57,7 @@ def make_context(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
         app_host_port=app_host_port, db_host_port=db_host_port, db_password=password,
         image_overrides=image_overrides or {},
-        secret_key=None if password_key is None else password_key.decode("latin-1"),
+        secret_key=None if password_key is None else password_key.decode("latin-1"), build_cache=build_cache,
     )
 
 

@@ -19,12 +19,13 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import RuntimeFailure, RuntimeSpec, hookimpl
-from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.settings import Settings
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
 READY_PAUSE = 0.1  # wake: between two runs of a dependency's healthcheck
+LOOK_SECONDS = 1.0  # how often a dependency being awaited is checked for having exited
 READY_TIMEOUT = 120.0
 
 
@@ -72,6 +73,9 @@ class ComposeRuntime:
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
+        healthy. Running that healthcheck itself at short intervals instead (as `wake` does) was measured
+        slower on a 2-core host: the probes take CPU from the database's first start (docs/benchmarks.md)."""
         with _failure("Containers failed to start"):
             self.compose.up(deployment_id, compose_file, log, control)
 
@@ -91,22 +95,35 @@ class ComposeRuntime:
             dependencies = [c for c in containers if c.service != "app"]
             self.docker.start([c.ident for c in dependencies], log)
             control.check()
-            waiting = [c for c in dependencies if c.healthcheck]
-            checked = ", ".join(c.service for c in waiting)
-            started, runs = time.monotonic(), 0
-            while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
-                runs += 1
-                if time.monotonic() - started > READY_TIMEOUT:
-                    names = ", ".join(c.service for c in waiting)
-                    raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
-                                                                        f"{READY_TIMEOUT:.0f}s")
-                control.wait(READY_PAUSE)
-                control.check()
-            if checked:
-                log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
-                         f"{'s' if runs else ''})")
+            self._await_healthchecks(deployment_id, dependencies, log, control)
             control.check()
             self.docker.start([c.ident for c in containers if c.service == "app"], log)
+
+    def _await_healthchecks(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
+                            control: FlowControl) -> None:
+        """Until the healthcheck of every container that has one passes; one of them that exits or restarts
+        meanwhile fails at once, with what `problem` says of it."""
+        waiting = [c for c in containers if c.healthcheck]
+        checked = ", ".join(c.service for c in waiting)
+        started, runs = time.monotonic(), 0
+        looked = started - LOOK_SECONDS  # the first round that fails looks
+        while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
+            runs += 1
+            # Every LOOK_SECONDS (inspecting costs as much as a probe), and only the awaited ones: the app
+            # container of a sleeping or failed preview is stopped meanwhile.
+            if time.monotonic() - looked >= LOOK_SECONDS:
+                looked = time.monotonic()
+                if (problem := self.problem(deployment_id, tuple(c.service for c in waiting))) is not None:
+                    raise RuntimeFailure("Containers failed to start", problem)
+            if time.monotonic() - started > READY_TIMEOUT:
+                names = ", ".join(c.service for c in waiting)
+                raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
+                                                                    f"{READY_TIMEOUT:.0f}s")
+            control.wait(READY_PAUSE)
+            control.check()
+        if checked:
+            log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
+                     f"{'s' if runs else ''})")
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         try:
@@ -124,10 +141,11 @@ class ComposeRuntime:
         with _failure("Container logs could not be read"):
             return self.compose.logs(deployment_id, compose_file, service, tail=tail)
 
-    def problem(self, deployment_id: str) -> str | None:
+    def problem(self, deployment_id: str, services: tuple[str, ...] = WATCHED) -> str | None:
+        """Why one of `services` cannot come up (it exited, or restarts), or None."""
         with _failure("Containers could not be inspected"):
             states = self.docker.container_states(deployment_id)
-        for service in WATCHED:
+        for service in services:
             state = states.get(service)
             if state is None:
                 continue

@@ -1,11 +1,12 @@
 # Injected by Preview Orchestrator (framework: go) because the repository has no Dockerfile.
 FROM golang:1.22-bookworm AS build
 WORKDIR /src
-ENV CGO_ENABLED=0
+# GOCACHE explicit: the cache mount below is there, whatever HOME the toolchain image has.
+ENV CGO_ENABLED=0 GOCACHE=/root/.cache/go-build
 COPY go.mod go.sum* ./
 RUN go mod download
 COPY . .
-RUN go build -buildvcs=false -trimpath -ldflags="-s -w" -o /out/server .
+RUN --mount=type=cache,id=po-cache-3703d6db66b4bc7ae73968a665cb8536,target=/root/.cache/go-build go build -buildvcs=false -trimpath -ldflags="-s -w" -o /out/server .
 
 FROM debian:bookworm-slim
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

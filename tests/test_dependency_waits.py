@@ -1,0 +1,131 @@
+"""How the compose runtime's app waits for its dependencies. A start leaves it to compose (Docker's schedule of
+the healthchecks); a wake runs the dependencies' healthchecks itself, judging only the containers it waits for
+(the app is still stopped), and a dependency that exits meanwhile fails the wake at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.adapters.commands import DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.runtime.compose import ComposeRuntime
+from tests.support.standins import STANDIN_OVERRIDES, require_engine
+
+BASE = STANDIN_OVERRIDES["debian:bookworm-slim"]
+
+
+def write(path: Path, services: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump({"services": services}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def project(tmp_path: Path, db: dict[str, object]) -> tuple[ComposeRuntime, str, Path, DeploymentLog]:
+    deployment = f"gate-test-{uuid.uuid4().hex[:8]}"
+    labels = {DEPLOYMENT_LABEL: deployment}
+    compose_file = write(tmp_path / "compose.yml", {
+        "db": {"image": BASE, "labels": labels, "init": True, **db},
+        "app": {"image": BASE, "labels": labels, "init": True, "command": ["sleep", "600"],
+                "depends_on": {"db": {"condition": "service_healthy"}}},
+    })
+    return (ComposeRuntime(120, HostEnv.for_state_dir(tmp_path)), deployment, compose_file,
+            DeploymentLog(tmp_path / "deploy.log"))
+
+
+def inspect(deployment: str, service: str) -> dict:
+    ident = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={DEPLOYMENT_LABEL}={deployment}",
+                            "--filter", f"label=com.docker.compose.service={service}"],
+                           capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    return json.loads(subprocess.run(["docker", "inspect", *ident], capture_output=True, text=True, check=True,
+                                     timeout=60).stdout)[0]
+
+
+# Healthy about a second after each start, checked by Docker every 2 s as the database plugins do.
+SLOW_DATABASE: dict[str, object] = {
+    "command": ["sh", "-c", "rm -f /tmp/ready; sleep 1 && touch /tmp/ready && exec sleep 600"],
+    "healthcheck": {"test": ["CMD", "test", "-e", "/tmp/ready"], "interval": "2s"},
+}
+# Healthy at its first start; at the next (a wake) it exits with code 3 after a second, never healthy.
+FAILS_ON_WAKE: dict[str, object] = {
+    "command": ["sh", "-c", "rm -f /tmp/ready; if [ -e /tmp/started ]; then sleep 1; exit 3; fi; "
+                "touch /tmp/started /tmp/ready; exec sleep 600"],
+    "healthcheck": {"test": ["CMD", "test", "-e", "/tmp/ready"], "interval": "2s"},
+}
+
+
+def start(runtime: ComposeRuntime, deployment: str, compose_file: Path, log: DeploymentLog) -> None:
+    """As a deploy does: the dependencies during the build, then the rest."""
+    runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+    runtime.start(deployment, compose_file, log, FlowControl(120))
+
+
+@pytest.mark.docker
+def test_a_wake_waits_for_the_database_while_the_app_container_is_still_stopped(tmp_path: Path) -> None:
+    """The app of a sleeping preview is stopped (exited) until the database is healthy: only the awaited
+    containers are judged meanwhile."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        runtime.stop(deployment, log)
+        assert not inspect(deployment, "app")["State"]["Running"]
+        runtime.wake(deployment, compose_file, log, FlowControl(120))
+        assert inspect(deployment, "app")["State"]["Running"]
+        # the wake ran the database's healthcheck until it passed, more than once
+        assert "rounds" in log.path.read_text().rsplit("healthcheck of db passes", 1)[1].splitlines()[0]
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_dependency_that_exits_during_a_wake_fails_it_with_its_exit_code(tmp_path: Path) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, FAILS_ON_WAKE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        runtime.stop(deployment, log)
+        with pytest.raises(RuntimeFailure) as failure:  # within seconds, not after the 120 s wait for health
+            runtime.wake(deployment, compose_file, log, FlowControl(30))
+        assert failure.value.detail == "db exited with code 3"
+        assert not inspect(deployment, "app")["State"]["Running"]
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_without_a_healthcheck_a_service_healthy_wait_is_left_to_compose(tmp_path: Path) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, {"command": ["sleep", "600"]})
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        with pytest.raises(RuntimeFailure) as failure:
+            runtime.start(deployment, compose_file, log, FlowControl(120))
+        assert "healthcheck" in failure.value.detail.lower()  # compose's own word for it
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_dependency_that_exits_while_the_app_waits_fails_the_start_with_its_exit_code(tmp_path: Path) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, {
+        "command": ["sh", "-c", "sleep 1; exit 3"],
+        "healthcheck": {"test": ["CMD", "false"], "interval": "60s"},
+    })
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        with pytest.raises(RuntimeFailure) as failure:
+            runtime.start(deployment, compose_file, log, FlowControl(120))
+        assert failure.value.message == "Containers failed to start"
+        assert "db" in failure.value.detail and "3" in failure.value.detail
+        assert runtime.docker.container_states(deployment).get("app", {}).get("Running") is not True
+    finally:
+        runtime.remove(deployment, compose_file)
