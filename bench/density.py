@@ -26,6 +26,7 @@ from bench.common import REPO_ROOT, Budget, scratch
 from bench.sleep import _stopped
 from bench.stats import median
 from tests.support.git_repos import make_pr_repo
+from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 GO_PAGE = "go says: commit A\n"
@@ -42,15 +43,6 @@ def _used_mib() -> float:
 
 def _statuses(stack: Stack) -> dict[int, str]:
     return {record["prNumber"]: record["status"] for record in stack.records().values()}
-
-
-def _wait(condition, timeout: float, what: str, pause: float = 1.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(pause)
-    raise TimeoutError(f"{what} not within {timeout:.0f}s")
 
 
 class _Peak(threading.Thread):
@@ -72,7 +64,7 @@ def _running_containers() -> int:
 
 
 def _wake(stack: Stack, pr: int, page: str) -> float:
-    _wait(lambda: _statuses(stack).get(pr) == "sleeping" and _stopped(f"{SLUG}-{pr}"), 600, f"pr {pr} asleep", 0.5)
+    wait_until(lambda: _statuses(stack).get(pr) == "sleeping" and _stopped(f"{SLUG}-{pr}"), 600, f"pr {pr} asleep", 0.5)
     began = time.perf_counter()
     answer = httpx.get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/", timeout=120)
     took = time.perf_counter() - began
@@ -104,13 +96,13 @@ def bench_density(budget: Budget) -> dict[str, Any]:
                 statuses = [_statuses(stack).get(pr) for pr in numbers]
                 return "failed" in statuses or all(s in ("running", "sleeping") for s in statuses)
 
-            _wait(settled, 60 * count, "every preview running", 2.0)
+            wait_until(settled, 60 * count, "every preview running", 2.0)
             failed = [pr for pr, status in _statuses(stack).items() if status == "failed"]
             if failed:
                 raise AssertionError(f"previews failed: {failed[:10]}\n{stack.logs(failed[0])[-3000:]}")
             results["all_running_s"] = time.perf_counter() - began
             # The idle ones asleep: every preview, once nobody has asked for it for the idle time.
-            _wait(lambda: all(status == "sleeping" for status in _statuses(stack).values()),
+            wait_until(lambda: all(status == "sleeping" for status in _statuses(stack).values()),
                   budget.density_idle_seconds * 4 + 120, "every preview asleep", 2.0)
             time.sleep(5)  # stopped containers' memory returned
             results["memory_asleep_mib"] = _used_mib()
@@ -122,7 +114,7 @@ def bench_density(budget: Budget) -> dict[str, Any]:
             began = time.perf_counter()
             for pr in numbers:
                 stack.send("closed", pr, hello if pr == pg else go, (hello if pr == pg else go).sha_a)
-            _wait(lambda: not stack.records(), 30 * count, "every preview removed", 2.0)
+            wait_until(lambda: not stack.records(), 30 * count, "every preview removed", 2.0)
             results["all_removed_s"] = time.perf_counter() - began
             time.sleep(5)
             results["memory_after_mib"] = _used_mib()

@@ -26,6 +26,7 @@ from bench.common import REPO_ROOT, Budget, scratch
 from bench.stats import median
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
+from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 IDLE_SECONDS = 2.0
@@ -45,15 +46,6 @@ def _stopped(deployment: str) -> bool:
     return bool(states) and set(states) == {"exited"}
 
 
-def _wait(condition, timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} not within {timeout:.0f}s")
-
-
 def _status(stack: Stack, deployment: str) -> str | None:
     record = stack.records().get(deployment)
     return record["status"] if record else None
@@ -64,7 +56,7 @@ def _rounds(stack: Stack, pr: int, page: str, repeats: int) -> list[dict[str, fl
     url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
     runs = []
     for _ in range(repeats):
-        _wait(lambda: _status(stack, deployment) == "sleeping" and _stopped(deployment), 120, "asleep")
+        wait_until(lambda: _status(stack, deployment) == "sleeping" and _stopped(deployment), 120, "asleep", 0.1)
         began = time.perf_counter()
         answer = httpx.get(url, timeout=120)
         took = time.perf_counter() - began

@@ -203,9 +203,12 @@ def _networks(settings: Settings, env: HostEnv) -> Check:
     name = "address pools hold MAX_CONCURRENT_PREVIEWS networks"
     if env.docker().get("DOCKER_HOST", "unix://").split("://")[0] not in ("unix", ""):
         return Check(name, True, "cannot tell for a remote engine (DOCKER_HOST)")
-    ok, output = _command(["docker", "network", "ls", "--quiet", "--filter", "driver=bridge", "--filter",
-                           f"label!={DEPLOYMENT_LABEL}"], env.docker())
-    others = max(len(output.split()) - 1, 0) if ok else 0  # docker0 is in the default pools
+    # The engine has no "label!=" filter: the bridge networks' labels, those of previews left out here.
+    ok, output = _command(["docker", "network", "ls", "--filter", "driver=bridge", "--format", "{{.ID}} {{.Labels}}"],
+                          env.docker())
+    if not ok:
+        return Check(name, False, f"networks not listed: {output.strip()}", "start the Docker engine")
+    others = max(sum(f"{DEPLOYMENT_LABEL}=" not in labels for labels in output.splitlines()) - 1, 0)  # docker0
     pools, source = configured_pools(read_daemon_json(), local_dockerd_args())
     room = capacity(pools) - 1 - others
     return Check(name, room >= settings.max_concurrent_previews,

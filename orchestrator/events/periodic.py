@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from orchestrator.events.dispatcher import Dispatcher
+from orchestrator.events.inbox import Inbox
+from orchestrator.state.records import PullRequestEvent
+
 log = logging.getLogger("orchestrator.events.periodic")
 
 
@@ -42,3 +46,26 @@ class Periodic:
             except Exception:
                 log.exception("%s failed; trying again later", self.name)
             await asyncio.sleep(self._interval)
+
+
+class EventScheduler(Periodic):
+    """A periodic check that queues events (the TTL's cleanups, sleep): each through the inbox, once (its
+    delivery id says what it is about), and the dispatcher told when one is new."""
+
+    def __init__(self, inbox: Inbox, dispatcher: Dispatcher, interval: float, logger: logging.Logger) -> None:
+        super().__init__(interval)
+        self._inbox = inbox
+        self._dispatcher = dispatcher
+        self._log = logger
+
+    async def queue(self, events: list[tuple[PullRequestEvent, str]]) -> int:
+        """Accept each event, logging its message when it is new; returns how many were newly queued."""
+        queued = 0
+        for event, message in events:
+            accepted = await asyncio.to_thread(self._inbox.accept, event)
+            if not accepted.duplicate:
+                queued += 1
+                self._log.info("%s", message, extra={"deploymentId": event.deployment_id})
+        if queued:
+            self._dispatcher.notify()
+        return queued

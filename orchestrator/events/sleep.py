@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Accepted, Inbox
-from orchestrator.events.periodic import Periodic
+from orchestrator.events.periodic import EventScheduler
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 
 log = logging.getLogger("orchestrator.events.sleep")
@@ -33,7 +33,7 @@ def wake_event(record: DeploymentRecord) -> PullRequestEvent:
     return event_for_record(record, "wake", f"wake-{record.deploymentId}-{int(slept.timestamp() * 1000)}")
 
 
-def request_wake(inbox: Inbox, dispatcher: Dispatcher, record: DeploymentRecord) -> Accepted:
+def request_wake(inbox: Inbox, record: DeploymentRecord) -> Accepted:
     """Queue the wake of a sleeping preview (or find the one already queued for this sleep)."""
     accepted = inbox.accept(wake_event(record))
     if not accepted.duplicate:
@@ -41,24 +41,16 @@ def request_wake(inbox: Inbox, dispatcher: Dispatcher, record: DeploymentRecord)
     return accepted
 
 
-class SleepScheduler(Periodic):
+class SleepScheduler(EventScheduler):
     name = "sleep check"
 
     def __init__(self, idle: IdlePreviews, inbox: Inbox, dispatcher: Dispatcher, interval: float) -> None:
-        super().__init__(interval)
+        super().__init__(inbox, dispatcher, interval, log)
         self._idle = idle
-        self._inbox = inbox
-        self._dispatcher = dispatcher
 
     async def check(self, now: datetime | None = None) -> int:
         """Queue a sleep for every idle preview; returns how many were newly queued."""
-        queued = 0
-        for record, last_use in await asyncio.to_thread(self._idle, now or datetime.now(UTC)):
-            accepted = await asyncio.to_thread(self._inbox.accept, sleep_event(record, last_use))
-            if not accepted.duplicate:
-                queued += 1
-                log.info("idle since %s; sleep queued", last_use.isoformat(timespec="seconds"),
-                         extra={"deploymentId": record.deploymentId})
-        if queued:
-            self._dispatcher.notify()
-        return queued
+        idle = await asyncio.to_thread(self._idle, now or datetime.now(UTC))
+        return await self.queue([
+            (sleep_event(record, last_use), f"idle since {last_use.isoformat(timespec='seconds')}; sleep queued")
+            for record, last_use in idle])

@@ -13,33 +13,24 @@ from datetime import UTC, datetime
 
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
-from orchestrator.events.periodic import Periodic
+from orchestrator.events.periodic import EventScheduler
 from orchestrator.state.records import DeploymentRecord, event_for_record
 
 log = logging.getLogger("orchestrator.events.ttl")
 
 
-class TtlScheduler(Periodic):
+class TtlScheduler(EventScheduler):
     name = "TTL check"
     check_at_start = True
 
     def __init__(self, expired: Callable[[datetime], list[DeploymentRecord]], inbox: Inbox,
                  dispatcher: Dispatcher, interval: float) -> None:
-        super().__init__(interval)
+        super().__init__(inbox, dispatcher, interval, log)
         self._expired = expired
-        self._inbox = inbox
-        self._dispatcher = dispatcher
 
     async def check(self, now: datetime | None = None) -> int:
         """Queue a cleanup for every expired preview; returns how many were newly queued."""
-        queued = 0
-        for record in await asyncio.to_thread(self._expired, now or datetime.now(UTC)):
-            event = event_for_record(record, "closed",
-                                     f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}")
-            accepted = await asyncio.to_thread(self._inbox.accept, event)
-            if not accepted.duplicate:
-                queued += 1
-                log.info("TTL expired; cleanup queued", extra={"deploymentId": record.deploymentId})
-        if queued:
-            self._dispatcher.notify()
-        return queued
+        expired = await asyncio.to_thread(self._expired, now or datetime.now(UTC))
+        return await self.queue([
+            (event_for_record(record, "closed", f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}"),
+             "TTL expired; cleanup queued") for record in expired])

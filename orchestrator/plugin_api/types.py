@@ -88,8 +88,11 @@ class RenderContext(BaseModel):
         when rendering without the key (`preview-orchestrator render`)."""
         if self.secret_key is None:
             return b"<secret>".ljust(length, b"-")[:length]
-        key = self.secret_key.get_secret_value().encode("latin-1")
-        return hmac.new(key, f"{self.deployment_id}:{purpose}".encode(), hashlib.sha256).digest()[:length]
+        return self._keyed(f"{self.deployment_id}:{purpose}").digest()[:length]
+
+    def _keyed(self, message: str) -> hmac.HMAC:
+        assert self.secret_key is not None
+        return hmac.new(self.secret_key.get_secret_value().encode("latin-1"), message.encode(), hashlib.sha256)
 
     def cache_mount(self, name: str, target: str) -> str:
         """`--mount=type=cache,...` plus a space, for a RUN line of a template
@@ -107,10 +110,8 @@ class RenderContext(BaseModel):
             return ""
         if not NAME_PATTERN.fullmatch(name) or not _CACHE_TARGET.fullmatch(target):
             raise ValueError(f"cache mount {name!r} at {target!r}: a lower-case name and an absolute path")
-        key = self.secret_key.get_secret_value().encode("latin-1")
         # the repository's exact name: two repositories can share a slug (`a/b.c`, `a/b-c`)
-        repository = f"{self.owner}/{self.repo}".lower()
-        digest = hmac.new(key, f"{repository}:cache:{name}".encode(), hashlib.sha256).hexdigest()[:32]
+        digest = self._keyed(f"{self.owner}/{self.repo}".lower() + f":cache:{name}").hexdigest()[:32]
         return f"--mount=type=cache,id={CACHE_ID_PREFIX}{digest},target={target} "
 
 

@@ -103,18 +103,21 @@ class DockerResources:
                 control: FlowControl | None = None) -> str:
         return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log, control=control)
 
-    def containers(self, deployment_id: str) -> list[Container]:
-        """The deployment's containers (running or stopped), with their compose service and healthcheck."""
+    def _inspected(self, deployment_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The deployment's containers (running or stopped): each compose service and `docker inspect` of it."""
         ids = self._docker(["ps", "--all", "--quiet", "--filter",
                             f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
         if not ids:
             return []
+        return [(str(((item.get("Config") or {}).get("Labels") or {}).get(COMPOSE_SERVICE_LABEL, item.get("Name", ""))),
+                 item) for item in json.loads(self._docker(["container", "inspect", *ids]))]
+
+    def containers(self, deployment_id: str) -> list[Container]:
+        """The deployment's containers (running or stopped), with their compose service and healthcheck."""
         found = []
-        for item in json.loads(self._docker(["container", "inspect", *ids])):
-            config = item.get("Config") or {}
-            test = (config.get("Healthcheck") or {}).get("Test") or None
-            found.append(Container(str(item.get("Id", "")), str((config.get("Labels") or {}).get(
-                COMPOSE_SERVICE_LABEL, item.get("Name", ""))), [str(part) for part in test] if test else None))
+        for service, item in self._inspected(deployment_id):
+            test = ((item.get("Config") or {}).get("Healthcheck") or {}).get("Test") or None
+            found.append(Container(str(item.get("Id", "")), service, [str(part) for part in test] if test else None))
         return found
 
     def start(self, idents: list[str], log: DeploymentLog | None) -> None:
@@ -180,15 +183,8 @@ class DockerResources:
 
     def container_states(self, deployment_id: str) -> dict[str, dict[str, Any]]:
         """compose service -> its container's State (Status, ExitCode, ...) and RestartCount."""
-        ids = self._docker(["ps", "--all", "--quiet", "--filter",
-                            f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
-        if not ids:
-            return {}
-        states: dict[str, dict[str, Any]] = {}
-        for item in json.loads(self._docker(["container", "inspect", *ids])):
-            service = (item.get("Config", {}).get("Labels") or {}).get(COMPOSE_SERVICE_LABEL, item.get("Name", ""))
-            states[str(service)] = {**(item.get("State") or {}), "RestartCount": item.get("RestartCount", 0)}
-        return states
+        return {service: {**(item.get("State") or {}), "RestartCount": item.get("RestartCount", 0)}
+                for service, item in self._inspected(deployment_id)}
 
     def image_command(self, image: str) -> tuple[list[str] | None, list[str] | None]:
         """The ENTRYPOINT and CMD of a local image; CommandFailed when it is not on the engine."""

@@ -91,10 +91,11 @@ class ServiceProcess:
         self.stop()
 
 
-def wait_until(condition, timeout: float = 30.0, message: str = "condition") -> None:  # noqa: ANN001
+def wait_until(condition, timeout: float = 30.0, message: str = "condition",  # noqa: ANN001
+               pause: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.05)
+        time.sleep(pause)
     raise AssertionError(f"{message} not met within {timeout}s")

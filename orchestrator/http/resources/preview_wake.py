@@ -85,7 +85,7 @@ class PreviewWakeResource:
     async def _wake(self, record: DeploymentRecord, wait: float) -> DeploymentRecord | None:
         """Queue (or join) the wake of this sleep and wait for it, at most `wait` seconds; the record after."""
         try:
-            accepted = await asyncio.to_thread(request_wake, self._inbox, self._dispatcher, record)
+            accepted = await asyncio.to_thread(request_wake, self._inbox, record)
         except (InboxError, DeploymentTaken) as exc:  # taken: another repository's event waits for this id
             log.error("wake not queued: %s", exc, extra={"deploymentId": record.deploymentId})
             return record
