@@ -67,7 +67,8 @@ class ComposeRuntime:
         # Per deployment, between seed_database and start (one deploy of a deployment runs at a time):
         self._lock = threading.Lock()
         self._copies: dict[str, SeedCopy] = {}  # a seed's copy filling the new database volume
-        self._initialised: set[str] = set()  # its database starts from data that exists, every dependency early
+        # its database starts from data that exists, every dependency early (their containers, when known)
+        self._initialised: dict[str, list[Container] | None] = {}
         self._unseeded: dict[str, tuple[str, str, DatabaseSeed]] = {}  # no seed yet: made once `start` is done
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
@@ -101,7 +102,7 @@ class ComposeRuntime:
         name = volume_name(deployment_id, seed.volume, volume)
         if self.docker.volume_exists(name):  # an update: the database starts from its own data
             with self._lock:
-                self._initialised.add(deployment_id)
+                self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
             return
         key = self.seeds.key(str(image), seed)
         if key is None:  # not pulled yet: compose pulls it, the seed is made after this deploy
@@ -146,10 +147,13 @@ class ComposeRuntime:
         if not copied:
             return False
         log.note(f"database volume copied from seed {copy.key} ({time.monotonic() - copy.began:.2f}s)")
+        # By the names the compose file gives them (a new project: nothing else is there), sparing a listing
+        declared = _declared(compose_file, services)
         with _failure("The database and extra services failed to start"):
-            self.docker.start([c.ident for c in self.docker.containers(deployment_id) if c.service in services], log)
+            self.docker.start([c.ident for c in declared or self.docker.containers(deployment_id)
+                               if c.service in services], log)
         with self._lock:
-            self._initialised.add(deployment_id)
+            self._initialised[deployment_id] = declared
         return True
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
@@ -161,10 +165,10 @@ class ComposeRuntime:
         first start and were measured slower (docs/benchmarks.md)."""
         with self._lock:
             initialised = deployment_id in self._initialised
-            self._initialised.discard(deployment_id)
+            declared = self._initialised.pop(deployment_id, None)
             unseeded = self._unseeded.pop(deployment_id, None)
         with _failure("Containers failed to start"):
-            dependencies = self._started_early(deployment_id, compose_file) if initialised else None
+            dependencies = declared or (self._started_early(deployment_id, compose_file) if initialised else None)
             if dependencies is not None:
                 self._await_healthchecks(deployment_id, dependencies, log, control)
                 control.check()
@@ -289,6 +293,21 @@ def prebuilt_services(compose_file: Path) -> list[str]:
     as it is: everything but the app and what is built."""
     return [name for name, service in _services(compose_file).items()
             if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
+
+
+def _declared(compose_file: Path, services: list[str]) -> list[Container] | None:
+    """`services` as the compose file declares their containers (name, healthcheck); None unless each has a
+    `container_name` (every file the service generates gives one)."""
+    declared = _services(compose_file)
+    found = []
+    for name in services:
+        service = declared.get(name) or {}
+        if not service.get("container_name"):
+            return None
+        test = (service.get("healthcheck") or {}).get("test")
+        healthcheck = ["CMD-SHELL", test] if isinstance(test, str) else [str(t) for t in test] if test else None
+        found.append(Container(str(service["container_name"]), name, healthcheck))
+    return found
 
 
 def _services(compose_file: Path) -> dict[str, Any]:
