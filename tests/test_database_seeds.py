@@ -20,10 +20,12 @@ import yaml
 
 from databases import postgres
 from orchestrator.adapters.commands import run
+from orchestrator.adapters.host_env import HostEnv
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import make_context, render_deployment
 from orchestrator.rendering.plugin_host import PluginHost
-from tests.support.git_repos import make_pr_repo
+from orchestrator.runtime.database_seeds import COPY_LABEL
+from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
@@ -84,13 +86,18 @@ def db_password(pr: int) -> str:
 
 def seed_keys(stack: Stack) -> list[str]:
     markers = stack.root / "state" / "database-seeds"
-    return sorted(path.name for path in markers.iterdir()) if markers.is_dir() else []
+    return sorted(path.name for path in markers.iterdir() if path.is_file()) if markers.is_dir() else []
 
 
-def open_pr(stack: Stack, pr: int) -> None:
+def seed_volume(stack: Stack, key: str) -> str:
+    return f"po-seed-{HostEnv.for_state_dir(stack.root / 'state').marker[:12]}-{key}"
+
+
+def open_pr(stack: Stack, pr: int) -> PullRequestRepo:
     repo = make_pr_repo(stack.root / "repos", "go", f"seed/{pr}")
     stack.send("opened", pr, repo, repo.sha_a)
     stack.wait_for(pr, "running", repo.sha_a)
+    return repo
 
 
 @pytest.fixture
@@ -131,7 +138,7 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
 
     for pr in (1, 2):
         stack.close(pr, repo, repo.sha_b)  # and nothing of the preview is left
-    assert docker("volume", "inspect", f"po-seed-{key}").returncode == 0  # the host's, for the next preview
+    assert docker("volume", "inspect", seed_volume(stack, key)).returncode == 0  # the host's, for the next preview
 
 
 @pytest.mark.docker
@@ -142,14 +149,15 @@ def test_a_seed_gone_or_broken_costs_the_speed_never_the_preview(stack: Stack) -
     [key] = seed_keys(stack)
 
     # Removed from the engine (`docker volume prune`): the next preview initialises its own, the seed is made again.
-    assert docker("volume", "rm", f"po-seed-{key}").returncode == 0
+    assert docker("volume", "rm", seed_volume(stack, key)).returncode == 0
     open_pr(stack, 2)
     assert COPIED not in stack.logs(2) and stack.page(2, "db").text == "db reachable"
     wait_until(lambda: seed_keys(stack) == [key], timeout=120, message="the seed is made again")
-    assert docker("volume", "inspect", f"po-seed-{key}").returncode == 0
+    assert docker("volume", "inspect", seed_volume(stack, key)).returncode == 0
 
     # Broken (no cluster in it): the copy fails, the preview initialises its own database and runs.
-    broken = docker("run", "--rm", "--network", "none", "--mount", f"type=volume,source=po-seed-{key},target=/s",
+    broken = docker("run", "--rm", "--network", "none", "--mount",
+                    f"type=volume,source={seed_volume(stack, key)},target=/s",
                     "--entrypoint", "rm", "po-standin/postgres:test", "-f", "/s/PG_VERSION")
     assert broken.returncode == 0, broken.stderr
     open_pr(stack, 3)
@@ -158,4 +166,32 @@ def test_a_seed_gone_or_broken_costs_the_speed_never_the_preview(stack: Stack) -
     assert stack.page(3, "db").text == "db reachable"
     assert psql(3, db_password(3), "select current_database()").stdout.strip() == "pr_3"
     assert seed_keys(stack) == []  # not used again by this run of the service
-    assert docker("volume", "inspect", f"po-seed-{key}").returncode != 0
+    assert docker("volume", "inspect", seed_volume(stack, key)).returncode != 0
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_a_copy_a_crash_interrupted_is_never_taken_for_the_preview_s_data(stack: Stack) -> None:
+    first = open_pr(stack, 1)
+    wait_until(lambda: seed_keys(stack) != [], timeout=120, message="the seed is made")
+    # What a service killed mid-copy leaves: the volume, with compose's labels, half filled, and the copy's mark.
+    volume = f"{SLUG}-4_db-data"
+    assert docker("volume", "create", "--label", f"com.docker.compose.project={SLUG}-4", "--label",
+                  "com.docker.compose.volume=db-data", "--label", f"{COPY_LABEL}=nonce-4", volume).returncode == 0
+    copying = stack.root / "state" / "database-seeds" / "copying"
+    copying.mkdir(exist_ok=True)
+    (copying / volume).write_text("nonce-4")
+    open_pr(stack, 4)
+    log = stack.logs(4)
+    assert "interrupted; it is made again" in log and COPIED in log
+    assert psql(4, db_password(4), "select current_database()").stdout.strip() == "pr_4"
+    assert not (copying / volume).exists()
+
+    # A mark whose volume is not the one it names (compose made it since: the preview was closed and opened
+    # again without a copy) never costs the data: the push keeps what PR 1 wrote.
+    password = db_password(1)
+    assert psql(1, password, "create table kept (v text); insert into kept values ('mine')").returncode == 0
+    (copying / f"{SLUG}-1_db-data").write_text("stale")
+    stack.send("synchronize", 1, first, first.sha_b)
+    stack.wait_for(1, "running", first.sha_b)
+    assert psql(1, password, "select v from kept").stdout.strip() == "mine"

@@ -56,6 +56,15 @@ class SeedCopy:
     filling: Future[bool]
 
 
+@dataclass(frozen=True)
+class Seeding:
+    """What seed_database found for the deploy of a deployment."""
+
+    existing: bool = False  # its volume exists: an update
+    copy: SeedCopy | None = None  # a copy of a seed is filling its new volume
+    unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
+
+
 class ComposeRuntime:
     name = NAME
 
@@ -64,12 +73,14 @@ class ComposeRuntime:
         self.docker = DockerResources(env)
         self.seeds = seeds
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
-        # Per deployment, between seed_database and start (one deploy of a deployment runs at a time):
+        # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
+        # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
+        # and by remove, so nothing of a deploy that failed on the way reaches the next one.
         self._lock = threading.Lock()
-        self._copies: dict[str, SeedCopy] = {}  # a seed's copy filling the new database volume
+        self._seeding: dict[str, Seeding] = {}
         # its database starts from data that exists, every dependency early (their containers, when known)
         self._initialised: dict[str, list[Container] | None] = {}
-        self._unseeded: dict[str, tuple[str, str, DatabaseSeed]] = {}  # no seed yet: made once `start` is done
+        self._unseeded: dict[str, tuple[str, str, str, DatabaseSeed]] = {}  # no seed yet: made once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -91,7 +102,7 @@ class ComposeRuntime:
                       control: FlowControl) -> None:
         """Before `start_dependencies`: a new deployment's database volume is created and a copy of the seed of
         its image (database_seeds.py), when there is one, starts filling it while compose creates the containers;
-        a volume that exists (an update) is never touched."""
+        a volume that exists (an update) is never touched, unless it is a copy a crash interrupted."""
         if self.seeds is None:
             return
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
@@ -100,34 +111,51 @@ class ComposeRuntime:
         if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
             return
         name = volume_name(deployment_id, seed.volume, volume)
-        if self.docker.volume_exists(name):  # an update: the database starts from its own data
+        try:
+            exists = self.docker.volume_exists(name)
+        except CommandFailed as exc:
+            log.note(f"database seed not used: {name} could not be looked at ({exc})")
+            return
+        if exists and not self.seeds.interrupted(name):  # an update: the database starts from its own data
             with self._lock:
-                self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
+                self._seeding[deployment_id] = Seeding(existing=True)
             return
-        key = self.seeds.key(str(image), seed)
-        if key is None:  # not pulled yet: compose pulls it, the seed is made after this deploy
+        if exists:  # half a copy, never a preview's data: removed with the containers holding it, then a new copy
+            log.note(f"{name} holds a copy of a seed that was interrupted; it is made again")
+            self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
+        found = self.seeds.key(str(image), seed)
+        if found is None:  # not pulled yet: compose pulls it, a later preview makes the seed
             return
+        key, image_id = found
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume}
         if self.seeds.ready(key) and self.seeds.create_volume(name, labels, key, log):
             copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(
-                self.seeds.copy, name, deployment_id, str(image), key, seed, log, control))
+                self.seeds.copy, name, deployment_id, image_id, key, seed, log, control))
             with self._lock:
-                self._copies[deployment_id] = copy
+                self._seeding[deployment_id] = Seeding(copy=copy)
         elif not self.seeds.ready(key):
             with self._lock:
-                self._unseeded[deployment_id] = (str(image), key, seed)
+                self._seeding[deployment_id] = Seeding(unseeded=(str(image), image_id, key, seed))
 
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:
+        with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
+            seeding = self._seeding.pop(deployment_id, None) or Seeding()
+            self._initialised.pop(deployment_id, None)
+            self._unseeded.pop(deployment_id, None)
+            if seeding.unseeded is not None:
+                self._unseeded[deployment_id] = seeding.unseeded
         services = prebuilt_services(compose_file)
-        with self._lock:
-            copy = self._copies.pop(deployment_id, None)
-        if copy is not None and self._start_from_copy(deployment_id, compose_file, services, copy, log, control):
+        if seeding.copy is not None and self._start_from_copy(deployment_id, compose_file, services, seeding.copy,
+                                                              log, control):
             return
         if services:
             with _failure("The database and extra services failed to start"):
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
+        if seeding.existing:
+            with self._lock:
+                self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
 
     def _start_from_copy(self, deployment_id: str, compose_file: Path, services: list[str], copy: SeedCopy,
                          log: DeploymentLog, control: FlowControl) -> bool:
@@ -138,12 +166,11 @@ class ComposeRuntime:
             with _failure("The database and extra services failed to start"):
                 self.compose.up_services(deployment_id, compose_file, services, log, control, start=False)
         finally:
-            copied = copy.filling.result()  # in every case: nothing may start from, or remove, a volume half-copied
-            if not copied:
-                created = [c.ident for c in self.docker.containers(deployment_id) if c.service in services]
-                self.docker.remove(created, log)
-                if self.seeds is not None:
-                    self.seeds.discard_volume(copy.volume)
+            try:
+                copied = copy.filling.result()  # in every case: nothing may start from a volume half-copied
+            finally:
+                if not copied:  # failed, or aborted: its container is gone, so the volume can go
+                    self._discard(deployment_id, compose_file, copy.volume, services, log)
         if not copied:
             return False
         log.note(f"database volume copied from seed {copy.key} ({time.monotonic() - copy.began:.2f}s)")
@@ -155,6 +182,18 @@ class ComposeRuntime:
         with self._lock:
             self._initialised[deployment_id] = declared
         return True
+
+    def _discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],
+                 log: DeploymentLog) -> None:
+        """Remove a volume of an unfinished copy and the containers of `services` that hold it. RuntimeFailure
+        when it stays: starting the database from half a copy is worse than a failed deploy."""
+        with _failure("The database and extra services failed to start"):
+            held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
+                    if c.service in services or c.service.lstrip("/").startswith("po-seed-copy-")]
+            self.docker.remove(held, log)
+        if self.seeds is not None and not self.seeds.discard_volume(volume):
+            raise RuntimeFailure("The database and extra services failed to start",
+                                 f"{volume} holds part of a database seed's copy and could not be removed")
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
@@ -234,6 +273,9 @@ class ComposeRuntime:
                      f"{'s' if runs else ''})")
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        with self._lock:
+            for state in (self._seeding, self._initialised, self._unseeded):
+                state.pop(deployment_id, None)
         try:
             self.compose.down(deployment_id, compose_file, None)
         except CommandFailed:

@@ -126,10 +126,13 @@ class DockerResources:
             self._docker(["rm", "--force", *idents], log=log, timeout=120)
 
     def volume_exists(self, name: str) -> bool:
+        """CommandFailed when the engine cannot tell (it is down, it timed out): never taken for "absent"."""
         try:
             self._docker(["volume", "inspect", "--format", "{{.Name}}", name])
-        except CommandFailed:
-            return False
+        except CommandFailed as exc:
+            if "no such volume" in exc.output.lower():
+                return False
+            raise
         return True
 
     def start(self, idents: list[str], log: DeploymentLog | None) -> None:
