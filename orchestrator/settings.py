@@ -116,6 +116,9 @@ class Settings(PluginSettings):
     # The most one deploy, update or cleanup may take, all steps together; then it fails (and stops its commands).
     flow_timeout_seconds: float = Field(default=3600.0, gt=0)
     compose_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # A new preview's database starts from a copy of a data directory initialised once per image (a database
+    # plugin's DatabaseSeed) instead of initialising itself; the `compose` runtime (docs/benchmarks.md).
+    database_seeds: bool = True
     # What reviewers meet (docs/routing.md, docs/security.md). `path`: {PREVIEW_BASE_URL}/{slug}/pr-{N}/ (the
     # spec's route); `host`: {slug}-pr-{N}.{PREVIEW_DOMAIN}, one nginx server per preview (wildcard DNS).
     preview_routing: Literal["path", "host"] = "path"

@@ -45,9 +45,12 @@ def run(
     shown: Sequence[str] | None = None,
     control: FlowControl | None = None,
     user: tuple[int, int] | None = None,
+    stdin: bytes | None = None,
 ) -> str:
     """Run `argv`; return its combined output or raise CommandFailed (FlowAborted when `control` stops the
     flow). `shown` replaces argv in the log. `user` is a (uid, gid) to run as, without supplementary groups.
+    `stdin` is written to the command's standard input (a secret that must not be an argument), else it reads
+    nothing.
 
     The command runs in a session of its own, and the whole session's process group is killed when it
     times out, is aborted, or exits leaving children behind, so nothing it started outlives it."""
@@ -55,7 +58,7 @@ def run(
     if log:
         log.note("$ " + " ".join(shown or argv))
     try:
-        returncode, output = _run_streaming(argv, cwd, env, timeout, log, control, user)
+        returncode, output = _run_streaming(argv, cwd, env, timeout, log, control, user, stdin)
     except subprocess.TimeoutExpired as exc:
         output = (exc.output or b"").decode("utf-8", "replace")
         if log:
@@ -80,16 +83,19 @@ def run(
 
 def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str], timeout: float,
                    log: DeploymentLog | None, control: FlowControl | None,
-                   user: tuple[int, int] | None) -> tuple[int, str]:
+                   user: tuple[int, int] | None, stdin: bytes | None = None) -> tuple[int, str]:
     """Run to the end, appending output to `log` as it arrives (so `logs?follow=true` shows a build live)."""
     if control is not None:
         control.check()
         timeout = min(timeout, max(control.remaining(), 0.0))
     identity: dict[str, object] = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
-    process = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+    process = subprocess.Popen(list(argv), cwd=cwd, env=dict(env),
+                               stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                **identity)  # type: ignore[call-overload]
     assert process.stdout is not None
+    if stdin is not None:
+        _feed(process, stdin)
     stdout = process.stdout
     chunks: list[bytes] = []
     decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may straddle two reads
@@ -126,6 +132,26 @@ def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str]
         # else a process that left the group (setsid) holds the pipe: its output is not waited for, and the
         # reader thread (a daemon) ends with it; closing the pipe under a blocked read would hang here.
     return returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:
+    """Write `data` to the command's standard input and close it, in a thread: a command that does not read it
+    all must not block this one (its wait and timeout are below)."""
+    assert process.stdin is not None
+    pipe = process.stdin
+
+    def write() -> None:
+        try:
+            pipe.write(data)
+        except OSError:  # the command exited without reading it all (BrokenPipeError)
+            pass
+        finally:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    threading.Thread(target=write, name="command-input", daemon=True).start()
 
 
 def kill_group(pgid: int) -> None:

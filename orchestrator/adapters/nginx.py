@@ -401,49 +401,51 @@ class Proxy:
         # After a reload an old worker may still take a connection for a moment: served means SERVED_STREAK
         # answers from the route in a row, each on a new connection. Until then, pauses of 0.05 s growing to 0.5 s.
         pause = 0.05
-        while True:
-            control.check()
-            try:
-                with httpx.Client(verify=False, timeout=5.0, follow_redirects=False, trust_env=False) as client:  # noqa: S501 - only whether nginx answers
-                    response = client.get(url, headers=headers,
-                                          extensions={"sni_hostname": sni} if sni else None)
-                refused = None
-                from_route = response.headers.get(SERVED_HEADER) == deployment_id
-                if from_route and (not protected or response.status_code == 401):
-                    streak += 1
-                    if streak >= SERVED_STREAK:
-                        if log:
-                            log.note(f"nginx serves the route ({response.status_code}, "
-                                     f"{time.monotonic() - started:.2f}s after the reload)")
-                        return
-                elif from_route:
-                    streak, last = 0, (f"{response.status_code} where the protection should answer 401 (a users "
-                                       "file nginx's workers cannot read, or a service nginx cannot reach: see "
-                                       "nginx's error log)")
+        # One client, no connection kept: each probe opens a new one (a client per probe cost ~10 ms each).
+        with httpx.Client(verify=False, timeout=5.0, follow_redirects=False, trust_env=False,  # noqa: S501 - only whether nginx answers
+                          limits=httpx.Limits(max_keepalive_connections=0)) as client:
+            while True:
+                control.check()
+                try:
+                    response = client.get(url, headers=headers, extensions={"sni_hostname": sni} if sni else None)
+                    refused = None
+                    from_route = response.headers.get(SERVED_HEADER) == deployment_id
+                    if from_route and (not protected or response.status_code == 401):
+                        streak += 1
+                        if streak >= SERVED_STREAK:
+                            if log:
+                                log.note(f"nginx serves the route ({response.status_code}, "
+                                         f"{time.monotonic() - started:.2f}s after the reload)")
+                            return
+                    elif from_route:
+                        streak, last = 0, (f"{response.status_code} where the protection should answer 401 (a users "
+                                           "file nginx's workers cannot read, or a service nginx cannot reach: see "
+                                           "nginx's error log)")
+                    else:
+                        streak, last = 0, f"{response.status_code} without the preview's {SERVED_HEADER}"
+                except httpx.ConnectError as exc:
+                    if "SSL" in str(exc) or "ssl" in type(exc.__context__).__module__:
+                        streak, last = 0, f"TLS handshake failed ({exc})"
+                    else:
+                        # A port the reload adds (PREVIEW_TLS_PORT's first server) is bound a moment after the reload
+                        # command returns: refused for REFUSED_GRACE seconds in a row means nothing listens there.
+                        refused = refused or time.monotonic()
+                        streak, last = 0, "connection refused"
+                        if time.monotonic() - refused >= min(REFUSED_GRACE, timeout):
+                            if log:
+                                log.note(f"nothing listens on {url} (PROXY_LISTEN_PORT, PREVIEW_TLS_PORT): the route "
+                                         "could not be checked")
+                            return
+                except httpx.HTTPError as exc:
+                    streak, last = 0, type(exc).__name__
+                if time.monotonic() - started >= timeout:
+                    raise ProxyError(f"Nginx route not served after {timeout:.0f}s: {url} (Host {host}) "
+                                     f"answered {last}")
+                if streak:  # confirming: the next answers at once
+                    control.wait(0.02)
                 else:
-                    streak, last = 0, f"{response.status_code} without the preview's {SERVED_HEADER}"
-            except httpx.ConnectError as exc:
-                if "SSL" in str(exc) or "ssl" in type(exc.__context__).__module__:
-                    streak, last = 0, f"TLS handshake failed ({exc})"
-                else:
-                    # A port the reload adds (PREVIEW_TLS_PORT's first server) is bound a moment after the reload
-                    # command returns: refused for REFUSED_GRACE seconds in a row means nothing listens there.
-                    refused = refused or time.monotonic()
-                    streak, last = 0, "connection refused"
-                    if time.monotonic() - refused >= min(REFUSED_GRACE, timeout):
-                        if log:
-                            log.note(f"nothing listens on {url} (PROXY_LISTEN_PORT, PREVIEW_TLS_PORT): the route "
-                                     "could not be checked")
-                        return
-            except httpx.HTTPError as exc:
-                streak, last = 0, type(exc).__name__
-            if time.monotonic() - started >= timeout:
-                raise ProxyError(f"Nginx route not served after {timeout:.0f}s: {url} (Host {host}) answered {last}")
-            if streak:  # confirming: the next answers at once
-                control.wait(0.02)
-            else:
-                control.wait(pause)
-                pause = min(pause * 1.5, 0.5)
+                    control.wait(pause)
+                    pause = min(pause * 1.5, 0.5)
 
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
                 served: bool = False, host: str = "127.0.0.1") -> None:

@@ -20,7 +20,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import RuntimeFailure, app_address
+from orchestrator.plugin_api.runtime import RuntimeFailure, app_address, seed_database
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -69,8 +69,14 @@ class BuildSteps:
                         compose_file: Path, control: FlowControl, clock: StageClock) -> Path:
         """Build the images while the database and extra services start (they need no build), then start."""
         runtime = self.c.runtime
+
+        def dependencies() -> None:
+            if rendered.seed is not None:  # a new preview's database volume from a seed, where the runtime can
+                seed_database(runtime, event.deployment_id, compose_file, rendered.seed, target.log, control)
+            runtime.start_dependencies(event.deployment_id, compose_file, target.log, control)
+
         with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
-            early = pool.submit(runtime.start_dependencies, event.deployment_id, compose_file, target.log, control)
+            early = pool.submit(dependencies)
             try:
                 with clock.stage("build"):
                     runtime.build(event.deployment_id, compose_file, target.log, control)

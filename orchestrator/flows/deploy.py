@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.flows import comments
@@ -44,18 +45,23 @@ class DeployFlow:
             raise FlowError(str(exc)) from None
         target.log.note(f"{'update' if updating else 'deploy'} of {event.commit_sha} ({event.delivery_id})")
         log.info("%s started", "update" if updating else "deploy", extra={"deploymentId": event.deployment_id})
-        reported = self.reporter.start(event, existing)
+        # The code host's deployment and its `in_progress` status (a few requests, ~1 s on a slow API) while the
+        # steps run: they need nothing from it. Awaited before any later status, so the code host sees them in order.
+        reporting = ThreadPoolExecutor(1, thread_name_prefix="codehost-deployment")
+        started_report = reporting.submit(self.reporter.start, event, existing)
+        reporting.shutdown(wait=False)
         try:
             # A sleeping preview's route is served too (its wake location answers): unchanged, it is not reloaded.
             stages = self.steps.run(event, target, record, control,
                                     route_served=existing is not None and existing.status in ("running", "sleeping"))
         except FlowAborted as exc:
-            self._abort(event, target, comment_id, reported, exc, time.monotonic() - started)
+            self._abort(event, target, comment_id, _reported(started_report), exc, time.monotonic() - started)
             raise FlowError(exc.message) from None
         except Exception as exc:  # noqa: BLE001 - any failure ends the deploy as `failed`, internal ones too
             failure = exc if isinstance(exc, StepFailed) else StepFailed("Deployment failed (internal error)")
-            self._fail(event, target, comment_id, reported, failure, time.monotonic() - started)
+            self._fail(event, target, comment_id, _reported(started_report), failure, time.monotonic() - started)
             raise FlowError(failure.message) from (None if exc is failure else exc)
+        reported = _reported(started_report)
         set_fields(self.c.store, event.deployment_id, status="running", error=None)
         seconds = time.monotonic() - started
         target.log.note(f"running after {seconds:.1f}s")
@@ -121,3 +127,12 @@ class DeployFlow:
         framework = record.framework if record and record.framework else "unknown"
         self.c.metrics.deploys.labels(framework, result).inc()
         self.c.metrics.deploy_seconds.labels(result).observe(seconds)
+
+
+def _reported(started: Future[int | None]) -> int | None:
+    """The code host's deployment id `Reporter.start` made (None when it could not: logged there)."""
+    try:
+        return started.result()
+    except Exception:  # noqa: BLE001 - reporting never fails a deploy
+        log.exception("deployment not reported")
+        return None

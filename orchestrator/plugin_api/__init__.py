@@ -22,7 +22,9 @@ from orchestrator.plugin_api.runtime import (
 )
 from orchestrator.plugin_api.templating import render_template
 from orchestrator.plugin_api.types import (
+    SEED_MOUNT,
     AppService,
+    DatabaseSeed,
     DatabaseSpec,
     DatabaseWiring,
     Detection,
@@ -37,6 +39,7 @@ __all__ = [
     "PROJECT",
     "AppService",
     "ConfigError",
+    "DatabaseSeed",
     "DatabaseSpec",
     "DatabaseWiring",
     "DeploymentLog",
@@ -50,6 +53,7 @@ __all__ = [
     "Runtime",
     "RuntimeFailure",
     "RuntimeSpec",
+    "SEED_MOUNT",
     "ServiceSpec",
     "ServiceWiring",
     "app_address",

@@ -117,7 +117,9 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
 
     The service must have a healthcheck (the app waits for it) and create the database
     `context.database_name`. `app_env` must include DATABASE_URL of the shape
-    `<scheme>://<user>:<password>@db:<port>/pr_<N>`. None: not your database.
+    `<scheme>://<user>:<password>@db:<port>/pr_<N>`. None: not your database. Optional `seed`
+    (types.DatabaseSeed): how a new preview's volume can start as a copy of a data directory initialised once
+    per image, instead of initialising itself (databases/postgres.py; docs/plugins.md).
     """
 
 

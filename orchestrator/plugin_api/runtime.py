@@ -14,7 +14,10 @@ without it is proxied at 127.0.0.1 and the preview's port, as `compose` is (see 
 optional: `lost_previews(deployment_ids) -> {deployment_id: why}`, the running previews it knows to be gone for
 good (their swarm node left); the service marks them failed (see `lost_previews` below). And
 `wake(deployment_id, compose_file, log, control)`, which starts again the containers `stop` left (a sleeping
-preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (see `can_sleep` below).
+preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (see `can_sleep` below). And
+`seed_database(deployment_id, compose_file, seed, log, control)`, called before `start_dependencies` of a compose
+file generated from the plugins whose database has a DatabaseSeed: it may create the database's volume from a
+seed (see `seed_database` below); without it every database initialises itself.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api.types import DatabaseSeed
 
 
 class RuntimeSpec(BaseModel):
@@ -138,3 +142,12 @@ def wake(runtime: Runtime, deployment_id: str, compose_file: Path, log: Deployme
     if method is None:
         raise RuntimeFailure(f"The {runtime.name} runtime cannot wake a preview")
     method(deployment_id, compose_file, log, control)
+
+
+def seed_database(runtime: Runtime, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
+                  control: FlowControl) -> None:
+    """Let the runtime create a new deployment's database volume from a seed (plugin_api.DatabaseSeed), if it
+    can. Never raises for a seed it could not use: the database then initialises itself, as without one."""
+    method = getattr(runtime, "seed_database", None)
+    if method is not None:
+        method(deployment_id, compose_file, seed, log, control)

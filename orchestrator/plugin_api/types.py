@@ -131,10 +131,33 @@ def database_app_env(scheme: str, connection: str, port: int, user: str, passwor
     }
 
 
+SEED_MOUNT = "/po-seed"  # where DatabaseSeed.command finds the seed (read only)
+
+
+class DatabaseSeed(BaseModel):
+    """How a new preview's database skips its first start (initdb and the like): once per image, the service
+    runs the image with `environment` until `ready` succeeds, then stops it — a clean data directory, the
+    *seed*, made from nothing a pull request wrote. A new preview's volume then starts as a copy of it:
+    `command` runs in the image as root, with the seed read only at SEED_MOUNT, the new volume at `path`, no
+    network, and `script` on its standard input (never in an argument: it holds the password). It copies the
+    seed and makes it this preview's (its user's password, its `pr_<N>` database); it must exit non-zero when
+    it could not. Any failure and the preview starts the database the usual way."""
+
+    model_config = ConfigDict(frozen=True)
+
+    volume: str = Field(description="The named volume of `service` that holds the data")
+    path: str = Field(pattern=r"^/[A-Za-z0-9._/-]{1,200}$", description="Where the image keeps its data")
+    environment: dict[str, str] = Field(description="The seed's own first start; must not name a preview")
+    ready: list[str] = Field(min_length=1, description="Run in the seed's container; exit 0 once it is ready")
+    command: list[str] = Field(min_length=1)
+    script: SecretStr = Field(description="Standard input of `command`")
+
+
 class DatabaseWiring(BaseModel):
     service: dict[str, Any]
     volumes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     app_env: dict[str, str]
+    seed: DatabaseSeed | None = Field(default=None, description="None: every preview initialises its own")
 
 
 class ServiceWiring(BaseModel):

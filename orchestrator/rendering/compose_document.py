@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
-from orchestrator.plugin_api.types import RenderContext
+from orchestrator.plugin_api.types import DatabaseSeed, RenderContext
 
 GENERATED_COMPOSE = "compose.preview.yml"
 REPO_COMPOSE_NAMES = ("compose.preview.yml", "compose.preview.yaml")
@@ -49,6 +49,7 @@ class RenderedDeployment:
     rename: tuple[str, str] | None = None  # compose.preview.yaml -> compose.preview.yml
     repository_owned: bool = False
     pending_startup: PendingStartup | None = None
+    seed: DatabaseSeed | None = None  # the database plugin's, for a compose file generated from the plugins
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)

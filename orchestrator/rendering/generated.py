@@ -96,6 +96,7 @@ def generated(
         compose=escaped,
         files={**files, GENERATED_COMPOSE: dump_compose(escaped)},
         pending_startup=pending,
+        seed=database.seed,
     )
 
 

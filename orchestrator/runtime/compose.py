@@ -6,9 +6,12 @@ Registered as a built-in plugin (plugin_api/host.py, DEFAULT_PLUGINS); it is how
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,9 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
-from orchestrator.plugin_api import RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api import DatabaseSeed, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
+from orchestrator.runtime.database_seeds import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL, DatabaseSeeds, volume_name
 from orchestrator.settings import Settings
 
 NAME = "compose"
@@ -39,15 +43,44 @@ def po_runtimes() -> list[RuntimeSpec]:
 def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
     if name != NAME:
         return None
-    return ComposeRuntime(settings.compose_timeout_seconds, HostEnv.for_state_dir(settings.state_dir))
+    env = HostEnv.for_state_dir(settings.state_dir)
+    seeds = DatabaseSeeds(env, settings.state_dir) if settings.database_seeds else None
+    return ComposeRuntime(settings.compose_timeout_seconds, env, seeds)
+
+
+@dataclass(frozen=True)
+class SeedCopy:
+    volume: str
+    key: str
+    began: float
+    filling: Future[bool]
+
+
+@dataclass(frozen=True)
+class Seeding:
+    """What seed_database found for the deploy of a deployment."""
+
+    existing: bool = False  # its volume exists: an update
+    copy: SeedCopy | None = None  # a copy of a seed is filling its new volume
+    unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
 
 
 class ComposeRuntime:
     name = NAME
 
-    def __init__(self, timeout: float, env: HostEnv) -> None:
+    def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None) -> None:
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
+        self.seeds = seeds
+        self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
+        # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
+        # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
+        # and by remove, so nothing of a deploy that failed on the way reaches the next one.
+        self._lock = threading.Lock()
+        self._seeding: dict[str, Seeding] = {}
+        # its database starts from data that exists, every dependency early (their containers, when known)
+        self._initialised: dict[str, list[Container] | None] = {}
+        self._unseeded: dict[str, tuple[str, str, str, DatabaseSeed]] = {}  # no seed yet: made once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -65,19 +98,133 @@ class ComposeRuntime:
                 self.compose.pull(deployment_id, compose_file, service, log, control)
                 return self.docker.image_command(image)
 
+    def seed_database(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
+                      control: FlowControl) -> None:
+        """Before `start_dependencies`: a new deployment's database volume is created and a copy of the seed of
+        its image (database_seeds.py), when there is one, starts filling it while compose creates the containers;
+        a volume that exists (an update) is never touched, unless it is a copy a crash interrupted."""
+        if self.seeds is None:
+            return
+        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+        volume = (document.get("volumes") or {}).get(seed.volume)
+        image = ((document.get("services") or {}).get("db") or {}).get("image")
+        if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
+            return
+        name = volume_name(deployment_id, seed.volume, volume)
+        try:
+            exists = self.docker.volume_exists(name)
+        except CommandFailed as exc:
+            log.note(f"database seed not used: {name} could not be looked at ({exc})")
+            return
+        if exists and not self.seeds.interrupted(name):  # an update: the database starts from its own data
+            with self._lock:
+                self._seeding[deployment_id] = Seeding(existing=True)
+            return
+        if exists:  # half a copy, never a preview's data: removed with the containers holding it, then a new copy
+            log.note(f"{name} holds a copy of a seed that was interrupted; it is made again")
+            self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
+        found = self.seeds.key(str(image), seed)
+        if found is None:  # not pulled yet: compose pulls it, a later preview makes the seed
+            return
+        key, image_id = found
+        labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
+                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume}
+        if self.seeds.ready(key) and self.seeds.create_volume(name, labels, key, log):
+            copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(
+                self.seeds.copy, name, deployment_id, image_id, key, seed, log, control))
+            with self._lock:
+                self._seeding[deployment_id] = Seeding(copy=copy)
+        elif not self.seeds.ready(key):
+            with self._lock:
+                self._seeding[deployment_id] = Seeding(unseeded=(str(image), image_id, key, seed))
+
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:
+        with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
+            seeding = self._seeding.pop(deployment_id, None) or Seeding()
+            self._initialised.pop(deployment_id, None)
+            self._unseeded.pop(deployment_id, None)
+            if seeding.unseeded is not None:
+                self._unseeded[deployment_id] = seeding.unseeded
         services = prebuilt_services(compose_file)
+        if seeding.copy is not None and self._start_from_copy(deployment_id, compose_file, services, seeding.copy,
+                                                              log, control):
+            return
         if services:
             with _failure("The database and extra services failed to start"):
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
+        if seeding.existing:
+            with self._lock:
+                self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
+
+    def _start_from_copy(self, deployment_id: str, compose_file: Path, services: list[str], copy: SeedCopy,
+                         log: DeploymentLog, control: FlowControl) -> bool:
+        """Compose creates the containers while the copy runs; they start once it is done. False when the copy
+        failed: the containers holding the volume and the volume are removed (the usual start follows)."""
+        copied = False
+        try:
+            with _failure("The database and extra services failed to start"):
+                self.compose.up_services(deployment_id, compose_file, services, log, control, start=False)
+        finally:
+            try:
+                copied = copy.filling.result()  # in every case: nothing may start from a volume half-copied
+            finally:
+                if not copied:  # failed, or aborted: its container is gone, so the volume can go
+                    self._discard(deployment_id, compose_file, copy.volume, services, log)
+        if not copied:
+            return False
+        log.note(f"database volume copied from seed {copy.key} ({time.monotonic() - copy.began:.2f}s)")
+        # By the names the compose file gives them (a new project: nothing else is there), sparing a listing
+        declared = _declared(compose_file, services)
+        with _failure("The database and extra services failed to start"):
+            self.docker.start([c.ident for c in declared or self.docker.containers(deployment_id)
+                               if c.service in services], log)
+        with self._lock:
+            self._initialised[deployment_id] = declared
+        return True
+
+    def _discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],
+                 log: DeploymentLog) -> None:
+        """Remove a volume of an unfinished copy and the containers of `services` that hold it. RuntimeFailure
+        when it stays: starting the database from half a copy is worse than a failed deploy."""
+        with _failure("The database and extra services failed to start"):
+            held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
+                    if c.service in services or c.service.lstrip("/").startswith("po-seed-copy-")]
+            self.docker.remove(held, log)
+        if self.seeds is not None and not self.seeds.discard_volume(volume):
+            raise RuntimeFailure("The database and extra services failed to start",
+                                 f"{volume} holds part of a database seed's copy and could not be removed")
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
-        healthy. Running that healthcheck itself at short intervals instead (as `wake` does) was measured
-        slower on a 2-core host: the probes take CPU from the database's first start (docs/benchmarks.md)."""
+        healthy (its first run 2 s after the start). A database that starts from data that exists — a copy of a
+        seed, or its own volume on an update — is ready in a fraction of that: when `start_dependencies` started
+        every dependency, their healthchecks are run at once and every READY_PAUSE seconds, then the app is
+        started alone. Not for a database initialising itself: on a 2-core host those probes take CPU from its
+        first start and were measured slower (docs/benchmarks.md)."""
+        with self._lock:
+            initialised = deployment_id in self._initialised
+            declared = self._initialised.pop(deployment_id, None)
+            unseeded = self._unseeded.pop(deployment_id, None)
         with _failure("Containers failed to start"):
-            self.compose.up(deployment_id, compose_file, log, control)
+            dependencies = declared or (self._started_early(deployment_id, compose_file) if initialised else None)
+            if dependencies is not None:
+                self._await_healthchecks(deployment_id, dependencies, log, control)
+                control.check()
+                self.compose.up_services(deployment_id, compose_file, ["app"], log, control, no_deps=True)
+            else:
+                self.compose.up(deployment_id, compose_file, log, control)
+        if unseeded is not None and self.seeds is not None:
+            self.seeds.make_in_background(*unseeded)
+
+    def _started_early(self, deployment_id: str, compose_file: Path) -> list[Container] | None:
+        """The containers of every service but the app, when `start_dependencies` created them all (none is
+        built, none is left over from an earlier compose file); else None."""
+        dependencies = [c for c in self.docker.containers(deployment_id) if c.service != "app"]
+        wanted = set(_services(compose_file)) - {"app"}
+        if wanted != set(prebuilt_services(compose_file)) or {c.service for c in dependencies} != wanted:
+            return None
+        return dependencies
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with _failure("Containers could not be stopped"):
@@ -126,6 +273,9 @@ class ComposeRuntime:
                      f"{'s' if runs else ''})")
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
+        with self._lock:
+            for state in (self._seeding, self._initialised, self._unseeded):
+                state.pop(deployment_id, None)
         try:
             self.compose.down(deployment_id, compose_file, None)
         except CommandFailed:
@@ -183,10 +333,28 @@ class ComposeRuntime:
 def prebuilt_services(compose_file: Path) -> list[str]:
     """Services of a compose file the service wrote (never the repository's raw file) that run an image
     as it is: everything but the app and what is built."""
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    services = document.get("services") or {}
-    return [name for name, service in services.items()
+    return [name for name, service in _services(compose_file).items()
             if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
+
+
+def _declared(compose_file: Path, services: list[str]) -> list[Container] | None:
+    """`services` as the compose file declares their containers (name, healthcheck); None unless each has a
+    `container_name` (every file the service generates gives one)."""
+    declared = _services(compose_file)
+    found = []
+    for name in services:
+        service = declared.get(name) or {}
+        if not service.get("container_name"):
+            return None
+        test = (service.get("healthcheck") or {}).get("test")
+        healthcheck = ["CMD-SHELL", test] if isinstance(test, str) else [str(t) for t in test] if test else None
+        found.append(Container(str(service["container_name"]), name, healthcheck))
+    return found
+
+
+def _services(compose_file: Path) -> dict[str, Any]:
+    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+    return dict(document.get("services") or {})
 
 
 @contextmanager

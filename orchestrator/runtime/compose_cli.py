@@ -59,10 +59,11 @@ class Compose:
                       control=control)
 
     def up_services(self, project: str, compose_file: Path, services: list[str], log: DeploymentLog,
-                    control: FlowControl) -> None:
-        """Start only `services` (and what they depend on); nothing is built."""
-        self._compose(project, compose_file, ["up", "--detach", "--no-build", *services], compose_file.parent, log,
-                      control=control)
+                    control: FlowControl, no_deps: bool = False, start: bool = True) -> None:
+        """Start only `services` (and what they depend on, unless `no_deps`: then their dependencies must run
+        already); nothing is built. `start` False: only create them (and the network)."""
+        options = ["--detach", "--no-build", *(["--no-deps"] if no_deps else []), *([] if start else ["--no-start"])]
+        self._compose(project, compose_file, ["up", *options, *services], compose_file.parent, log, control=control)
 
     def pull(self, project: str, compose_file: Path, service: str, log: DeploymentLog,
              control: FlowControl) -> None:
@@ -119,6 +120,20 @@ class DockerResources:
             test = ((item.get("Config") or {}).get("Healthcheck") or {}).get("Test") or None
             found.append(Container(str(item.get("Id", "")), service, [str(part) for part in test] if test else None))
         return found
+
+    def remove(self, idents: list[str], log: DeploymentLog | None) -> None:
+        if idents:
+            self._docker(["rm", "--force", *idents], log=log, timeout=120)
+
+    def volume_exists(self, name: str) -> bool:
+        """CommandFailed when the engine cannot tell (it is down, it timed out): never taken for "absent"."""
+        try:
+            self._docker(["volume", "inspect", "--format", "{{.Name}}", name])
+        except CommandFailed as exc:
+            if "no such volume" in exc.output.lower():
+                return False
+            raise
+        return True
 
     def start(self, idents: list[str], log: DeploymentLog | None) -> None:
         """Start stopped containers as they are (`docker start`). Not cut short by a cancellation (it takes a

@@ -1,0 +1,229 @@
+"""Database seeds (plugin_api.DatabaseSeed) on this host's Docker engine: a data directory per database image,
+initialised once in a container of its own, that a new preview's volume starts as a copy of — so the preview's
+database starts in a fraction of a second instead of running its first-start initialisation (PostgreSQL's
+initdb: 1.5–2 s of a 2-core host, on the path of every new preview; docs/benchmarks.md).
+
+A seed is made of nothing a pull request wrote: the image as the operator configured it and the plugin's
+`environment`. It is mounted read only into the copy, which runs the plugin's `command` with no network. A
+seed is ready once the marker file `<state dir>/database-seeds/<key>` exists; the key covers the image's id and
+the recipe, so a new image or recipe makes a new seed and the old one is removed. Seeds are this service's
+(their names and labels carry its HostEnv marker): two services on one engine never touch each other's.
+
+A copy is marked in `<state dir>/database-seeds/copying/<volume>` from before its volume exists until it is whole,
+so a volume a crash left half-copied is never taken for a preview's data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
+
+log = logging.getLogger("orchestrator.runtime.seeds")
+
+SEED_LABEL = "dev.preview-orchestrator.seed"  # on a seed's volume and container: the image it was made from
+COPY_LABEL = "dev.preview-orchestrator.seed-copy"  # on a volume created for a copy: a nonce proving who created it
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
+MAKE_TIMEOUT = 300.0
+COPY_TIMEOUT = 120.0
+READY_PAUSE = 0.2
+
+
+class DatabaseSeeds:
+    def __init__(self, env: HostEnv, state_dir: Path) -> None:
+        self._env = env
+        self._markers = state_dir / "database-seeds"
+        self._copying = self._markers / "copying"
+        self._lock = threading.Lock()
+        self._making: set[str] = set()
+        self._broken: set[str] = set()
+
+    def _docker(self, argv: list[str], timeout: float = 60, log_to: DeploymentLog | None = None,
+                control: FlowControl | None = None, stdin: bytes | None = None) -> str:
+        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log_to,
+                   control=control, stdin=stdin)
+
+    def key(self, image: str, seed: DatabaseSeed) -> tuple[str, str] | None:
+        """The key of a seed of `image` made by `seed`, and the image's id (what seeds and copies run, so a tag
+        that moves meanwhile changes nothing); None when the image is not on the engine (yet)."""
+        try:
+            image_id = self._docker(["image", "inspect", "--format", "{{.Id}}", image]).strip()
+        except CommandFailed:
+            return None
+        recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready}
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:20], image_id
+
+    def ready(self, key: str) -> bool:
+        return key not in self._broken and (self._markers / key).is_file()
+
+    def volume(self, key: str) -> str:
+        """The seed's volume: this service's own (two services on one engine each make theirs)."""
+        return f"po-seed-{self._env.marker[:12]}-{key}"
+
+    def interrupted(self, volume: str) -> bool:
+        """Whether the volume `volume` is the one created for a copy that never finished (the service stopped
+        meanwhile): its mark is there and names the volume's nonce, so a volume compose created later under the
+        same name (the preview closed, opened again) is never taken for one."""
+        try:
+            nonce = (self._copying / volume).read_text().strip()
+        except OSError:
+            return False
+        try:
+            return bool(nonce) and self._label(volume) == nonce
+        except CommandFailed:
+            return False
+
+    def _label(self, volume: str) -> str:
+        return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{COPY_LABEL}"}}}}', volume]).strip()
+
+    def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog) -> bool:
+        """Create the empty volume `volume`, with the labels compose would give it, for a copy of the seed `key`;
+        False (nothing created) when the seed is gone from the engine (it is made again after this deploy) or the
+        volume turns out to exist (`volume create` of an existing name succeeds: a nonce label tells)."""
+        try:
+            self._docker(["volume", "inspect", self.volume(key)])
+        except CommandFailed:  # `docker volume prune`
+            log_to.note(f"database seed {key} is gone from the engine; the database initialises itself")
+            (self._markers / key).unlink(missing_ok=True)
+            return False
+        nonce = uuid.uuid4().hex
+        try:
+            self._copying.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (self._copying / volume).write_text(nonce)  # before the volume exists: a crash from here on is seen
+            self._docker(["volume", "create", *_label_args({**labels, COPY_LABEL: nonce}), volume], log_to=log_to)
+            found = self._label(volume)
+        except (CommandFailed, OSError) as exc:
+            log_to.note(f"database seed not used ({exc}); the database initialises itself")
+            return False
+        if found != nonce:  # another's volume: never ours to fill or remove
+            (self._copying / volume).unlink(missing_ok=True)
+            log_to.note(f"database seed not used: {volume} exists; the database starts from it")
+            return False
+        return True
+
+    def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
+             log_to: DeploymentLog, control: FlowControl) -> bool:
+        """Fill `volume` with a copy of the seed `key`, made this preview's by the plugin's command. False when
+        it failed (its container removed): the volume may hold part of a copy, and the caller removes it (compose
+        then creates it empty and the database initialises itself as without a seed)."""
+        name = f"po-seed-copy-{deployment_id}"  # named: a client killed by a timeout or an abort leaves it running
+        try:
+            self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none",
+                          "--label", f"{OWNER_LABEL}={self._env.marker}",
+                          "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",
+                          "--mount", f"type=volume,source={self.volume(key)},target={SEED_MOUNT},readonly",
+                          "--mount", f"type=volume,source={volume},target={seed.path}",
+                          "--entrypoint", seed.command[0], image_id, *seed.command[1:]],
+                         timeout=COPY_TIMEOUT, log_to=log_to, control=control,
+                         stdin=seed.script.get_secret_value().encode())
+        except CommandFailed as exc:
+            self._quietly(["rm", "--force", name])
+            log_to.note(f"database seed not used ({exc}); the database initialises itself")
+            if exc.returncode not in (None, 125):  # the plugin's command failed, not docker or the clock
+                # Not tried again by this process (an image without what the command needs would fail every
+                # time); the seed is removed, so a seed pruned from the engine meanwhile is not read as empty.
+                log.warning("database seed %s of %s failed a copy; not used until the service restarts", key,
+                            image_id)
+                with self._lock:
+                    self._broken.add(key)
+                (self._markers / key).unlink(missing_ok=True)
+                self._quietly(["volume", "rm", self.volume(key)])
+            return False
+        except BaseException:  # aborted (FlowAborted): the container must not go on writing
+            self._quietly(["rm", "--force", name])
+            raise
+        (self._copying / volume).unlink(missing_ok=True)
+        return True
+
+    def discard_volume(self, volume: str) -> bool:
+        """Remove a volume created for a copy that failed; False when it could not be removed."""
+        try:
+            self._docker(["volume", "rm", "--force", volume], timeout=120)
+        except CommandFailed:
+            return False
+        (self._copying / volume).unlink(missing_ok=True)
+        return True
+
+    def make_in_background(self, image: str, image_id: str, key: str, seed: DatabaseSeed) -> None:
+        """Make the seed `key` of `image` in a thread of its own, unless it is ready or being made."""
+        with self._lock:
+            if key in self._making or key in self._broken or self.ready(key):
+                return
+            self._making.add(key)
+        threading.Thread(target=self._make, args=(image, image_id, key, seed), name="database-seed",
+                         daemon=True).start()
+
+    def _make(self, image: str, image_id: str, key: str, seed: DatabaseSeed) -> None:
+        name = self.volume(key)
+        started = time.monotonic()
+        try:
+            self._quietly(["rm", "--force", "--volumes", name])  # a partial seed of an interrupted run
+            self._quietly(["volume", "rm", "--force", name])
+            labels = {SEED_LABEL: image, OWNER_LABEL: self._env.marker}
+            self._docker(["volume", "create", *_label_args(labels), name])
+            environment = [arg for pair in sorted(seed.environment.items()) for arg in ("--env", "=".join(pair))]
+            self._docker(["run", "--detach", "--name", name, "--network", "none", *_label_args(labels),
+                          "--mount", f"type=volume,source={name},target={seed.path}", *environment, image_id])
+            while True:
+                try:
+                    self._docker(["exec", name, *seed.ready], timeout=30)
+                    break
+                except CommandFailed:
+                    state = json.loads(self._docker(["container", "inspect", "--format", "{{json .State}}", name]))
+                    if state.get("Status") != "running":
+                        raise RuntimeError(f"the seed's container exited with code {state.get('ExitCode')}") from None
+                    if time.monotonic() - started > MAKE_TIMEOUT:
+                        raise RuntimeError(f"not ready after {MAKE_TIMEOUT:.0f}s") from None
+                time.sleep(READY_PAUSE)
+            self._docker(["stop", "--time", "60", name], timeout=120)  # a clean shutdown: a copy needs no recovery
+            self._docker(["rm", "--volumes", name])
+            self._markers.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (self._markers / key).touch()
+            log.info("database seed %s of %s made in %.1fs", key, image, time.monotonic() - started)
+            self._remove_others(image, key)
+        except (CommandFailed, RuntimeError, OSError, ValueError) as exc:
+            log.warning("database seed of %s could not be made: %s", image, exc)
+            self._quietly(["rm", "--force", "--volumes", name])
+            self._quietly(["volume", "rm", "--force", name])
+        finally:
+            with self._lock:
+                self._making.discard(key)
+
+    def _remove_others(self, image: str, key: str) -> None:
+        """This service's seeds of an earlier id of the same image (pulled again, or a new recipe): no new preview
+        uses them."""
+        listed = self._docker(["volume", "ls", "--quiet", "--filter", f"label={SEED_LABEL}={image}",
+                               "--filter", f"label={OWNER_LABEL}={self._env.marker}"]).split()
+        prefix = self.volume("")
+        for name in listed:
+            if name != self.volume(key):
+                (self._markers / name.removeprefix(prefix)).unlink(missing_ok=True)
+                self._quietly(["volume", "rm", name])  # one a copy reads now stays, until the next seed
+
+    def _quietly(self, argv: list[str]) -> None:
+        try:
+            self._docker(argv, timeout=120)
+        except CommandFailed:
+            pass
+
+
+def volume_name(project: str, key: str, volume: dict[str, Any]) -> str:
+    """The engine's name of a compose file's volume `key`: its `name`, else `<project>_<key>`, as compose names
+    it."""
+    return str(volume.get("name") or f"{project}_{key}")
+
+
+def _label_args(labels: dict[str, str]) -> list[str]:
+    return [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
