@@ -23,7 +23,13 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import DatabaseSeed, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
-from orchestrator.runtime.database_seeds import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL, DatabaseSeeds, volume_name
+from orchestrator.runtime.database_seeds import (
+    COMPOSE_PROJECT_LABEL,
+    COMPOSE_VOLUME_LABEL,
+    DatabaseSeeds,
+    copy_container,
+    volume_name,
+)
 from orchestrator.settings import Settings
 
 NAME = "compose"
@@ -44,7 +50,7 @@ def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
     if name != NAME:
         return None
     env = HostEnv.for_state_dir(settings.state_dir)
-    seeds = DatabaseSeeds(env, settings.state_dir) if settings.database_seeds else None
+    seeds = DatabaseSeeds(env, settings.state_dir, DockerResources(env)) if settings.database_seeds else None
     return ComposeRuntime(settings.compose_timeout_seconds, env, seeds)
 
 
@@ -189,7 +195,7 @@ class ComposeRuntime:
         when it stays: starting the database from half a copy is worse than a failed deploy."""
         with _failure("The database and extra services failed to start"):
             held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
-                    if c.service in services or c.service.lstrip("/").startswith("po-seed-copy-")]
+                    if c.service in services or c.service.lstrip("/") == copy_container(deployment_id)]
             self.docker.remove(held, log)
         if self.seeds is not None and not self.seeds.discard_volume(volume):
             raise RuntimeFailure("The database and extra services failed to start",

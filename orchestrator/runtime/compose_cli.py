@@ -101,8 +101,14 @@ class DockerResources:
         self._env = env
 
     def _docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
-                control: FlowControl | None = None) -> str:
-        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log, control=control)
+                control: FlowControl | None = None, stdin: bytes | None = None) -> str:
+        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log, control=control,
+                   stdin=stdin)
+
+    def command(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
+                control: FlowControl | None = None, stdin: bytes | None = None) -> str:
+        """`docker <argv>` for what has no method here (database_seeds.py): its output, or CommandFailed."""
+        return self._docker(argv, log, timeout, control, stdin)
 
     def _inspected(self, deployment_id: str) -> list[tuple[str, dict[str, Any]]]:
         """The deployment's containers (running or stopped): each compose service and `docker inspect` of it."""

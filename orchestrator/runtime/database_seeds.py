@@ -24,11 +24,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
+from orchestrator.runtime.compose_cli import DockerResources
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -42,8 +43,9 @@ READY_PAUSE = 0.2
 
 
 class DatabaseSeeds:
-    def __init__(self, env: HostEnv, state_dir: Path) -> None:
+    def __init__(self, env: HostEnv, state_dir: Path, docker: DockerResources) -> None:
         self._env = env
+        self._engine = docker
         self._markers = state_dir / "database-seeds"
         self._copying = self._markers / "copying"
         self._lock = threading.Lock()
@@ -52,8 +54,7 @@ class DatabaseSeeds:
 
     def _docker(self, argv: list[str], timeout: float = 60, log_to: DeploymentLog | None = None,
                 control: FlowControl | None = None, stdin: bytes | None = None) -> str:
-        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log_to,
-                   control=control, stdin=stdin)
+        return self._engine.command(argv, log_to, timeout, control, stdin)
 
     def key(self, image: str, seed: DatabaseSeed) -> tuple[str, str] | None:
         """The key of a seed of `image` made by `seed`, and the image's id (what seeds and copies run, so a tag
@@ -93,8 +94,11 @@ class DatabaseSeeds:
         False (nothing created) when the seed is gone from the engine (it is made again after this deploy) or the
         volume turns out to exist (`volume create` of an existing name succeeds: a nonce label tells)."""
         try:
-            self._docker(["volume", "inspect", self.volume(key)])
-        except CommandFailed:  # `docker volume prune`
+            present = self._engine.volume_exists(self.volume(key))
+        except CommandFailed as exc:
+            log_to.note(f"database seed not used ({exc}); the database initialises itself")
+            return False
+        if not present:  # `docker volume prune`
             log_to.note(f"database seed {key} is gone from the engine; the database initialises itself")
             (self._markers / key).unlink(missing_ok=True)
             return False
@@ -118,7 +122,7 @@ class DatabaseSeeds:
         """Fill `volume` with a copy of the seed `key`, made this preview's by the plugin's command. False when
         it failed (its container removed): the volume may hold part of a copy, and the caller removes it (compose
         then creates it empty and the database initialises itself as without a seed)."""
-        name = f"po-seed-copy-{deployment_id}"  # named: a client killed by a timeout or an abort leaves it running
+        name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none",
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
@@ -217,6 +221,11 @@ class DatabaseSeeds:
             self._docker(argv, timeout=120)
         except CommandFailed:
             pass
+
+
+def copy_container(deployment_id: str) -> str:
+    """The container of a deployment's copy of a seed (labelled with the deployment, so a cleanup removes it)."""
+    return f"po-seed-copy-{deployment_id}"
 
 
 def volume_name(project: str, key: str, volume: dict[str, Any]) -> str:
