@@ -83,3 +83,19 @@ def test_probes_start_close_together_and_grow_to_the_interval(app, tmp_path: Pat
     planned = [0.0, 0.25, 0.75, 1.75, 2.75, 3.0]  # gaps 0.25, 0.5, then the 1-second interval, and the deadline
     assert len(offsets) == len(planned)
     assert all(want - 0.02 <= got <= want + 0.2 for got, want in zip(offsets, planned, strict=True)), offsets
+
+
+def test_the_first_probe_goes_before_any_look_at_the_containers(app, tmp_path: Path) -> None:  # noqa: ANN001
+    url, seen, answer = app
+    looks: list[float] = []
+
+    def watch() -> None:
+        looks.append(time.monotonic())
+
+    answer["status"] = 200
+    assert wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60), watch=watch)
+    assert len(seen) == 1 and looks == []  # answered at once: the look (a docker call) is not on the path
+    answer["status"] = 503
+    threading.Timer(0.6, answer.update, kwargs={"status": 200}).start()
+    assert wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60), watch=watch)
+    assert looks and looks[0] < seen[-1]  # not up at once: watched between the probes as before

@@ -36,7 +36,8 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False) as client:
         while True:
             control.check()
-            _look(watch, log)
+            if attempt:  # the first probe goes at once: an app that answers needs no look at its containers
+                _look(watch, log)
             attempt += 1
             try:
                 status = client.get(url).status_code

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommandError
@@ -38,13 +39,22 @@ OUTPUT_LINES = 200  # of each container, into the deployment log
 OUTPUT_BYTES = 64 * 1024
 
 
+@dataclass(frozen=True)
+class Built:
+    """A deploy whose steps all passed: the seconds of each stage, and the compose file the preview runs."""
+
+    stages: dict[str, float]
+    compose_file: Path
+
+
 class BuildSteps:
     def __init__(self, context: FlowContext) -> None:
         self.c = context
 
     def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
-            route_served: bool) -> dict[str, float]:
-        """Every step, each timed (StageClock); returns the seconds of each stage."""
+            route_served: bool) -> Built:
+        """Every step, each timed (StageClock). The containers' output of a preview that came up is kept by the
+        caller once the preview is `running` (`keep_output`): beside the route it took CPU nginx's reload needed."""
         clock = StageClock(target.log, self.c.metrics)
         with clock.stage("checkout"):
             self.checkout(event, target, control)
@@ -56,14 +66,9 @@ class BuildSteps:
         compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
         with clock.stage("health"):
             self.wait_healthy(event, target, record, config, compose_file, control)
-        # The containers' output goes into the log while nginx takes the route (both wait on other processes).
-        with ThreadPoolExecutor(1, thread_name_prefix="output") as pool:
-            kept = pool.submit(self.keep_output, event, target, record, compose_file)
-            with clock.stage("route"):
-                self.route(event, target, record, route_served, control)
-        if (error := kept.exception()) is not None:
-            target.log.note(f"container output not kept: {error!r}")
-        return clock.seconds
+        with clock.stage("route"):
+            self.route(event, target, record, route_served, control)
+        return Built(clock.seconds, compose_file)
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
                         compose_file: Path, control: FlowControl, clock: StageClock) -> Path:

@@ -52,7 +52,7 @@ class DeployFlow:
         reporting.shutdown(wait=False)
         try:
             # A sleeping preview's route is served too (its wake location answers): unchanged, it is not reloaded.
-            stages = self.steps.run(event, target, record, control,
+            built = self.steps.run(event, target, record, control,
                                     route_served=existing is not None and existing.status in ("running", "sleeping"))
         except FlowAborted as exc:
             self._abort(event, target, comment_id, _reported(started_report), exc, time.monotonic() - started)
@@ -65,12 +65,17 @@ class DeployFlow:
         set_fields(self.c.store, event.deployment_id, status="running", error=None)
         seconds = time.monotonic() - started
         target.log.note(f"running after {seconds:.1f}s")
-        # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
-        link = self.c.proxy.reviewer_link(record.url, event.deployment_id)
-        self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, stages))
-        self.reporter.status(event, reported, "success",
-                             f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
-                             environment_url=record.url)
+        # What the containers said as they came up goes into the log while the code host hears of it.
+        with ThreadPoolExecutor(1, thread_name_prefix="output") as pool:
+            kept = pool.submit(self.steps.keep_output, event, target, record, built.compose_file)
+            # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
+            link = self.c.proxy.reviewer_link(record.url, event.deployment_id)
+            self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, built.stages))
+            self.reporter.status(event, reported, "success",
+                                 f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
+                                 environment_url=record.url)
+        if (error := kept.exception()) is not None:
+            target.log.note(f"container output not kept: {error!r}")
         self._count(event.deployment_id, "success", seconds)
         log.info("preview running at %s", record.url, extra={"deploymentId": event.deployment_id})
 
