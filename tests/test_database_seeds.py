@@ -27,7 +27,7 @@ from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.database_seeds import COPY_LABEL
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
-from tests.support.stack import SLUG, Stack, start_stack, stop_stack
+from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
 
 SAMPLES = Path(__file__).parent / "sample_apps"
 COPIED = "database volume copied from seed"
@@ -139,6 +139,8 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
     for pr in (1, 2):
         stack.close(pr, repo, repo.sha_b)  # and nothing of the preview is left
     assert docker("volume", "inspect", seed_volume(stack, key)).returncode == 0  # the host's, for the next preview
+    remove_seeds(stack.root / "state")  # what the stack's teardown does: a test run leaves no seed behind
+    assert docker("volume", "inspect", seed_volume(stack, key)).returncode != 0
 
 
 @pytest.mark.docker

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.runtime.database_seeds import SEED_LABEL
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo
 from tests.support.live import ServiceProcess, wait_until
@@ -121,9 +123,47 @@ def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None
 
 
 def stop_stack(stack: Stack) -> None:
+    """Stop the stack and remove what its service left on the engine: the previews a test did not close (they
+    would meet the next test's previews of the same numbers: same compose project, same volume) and the seeds."""
     stack.service.stop()
     stack.nginx.stop()
     stack.codehost.stop()
+    try:
+        left = list(stack.store()["deployments"])
+    except (OSError, ValueError, KeyError):
+        left = []
+    remove_previews(left)
+    remove_seeds(stack.root / "state")
+
+
+def remove_previews(deployment_ids: list[str]) -> None:
+    """Every container, volume and network labelled with one of `deployment_ids`, as the engine has them."""
+    if not deployment_ids:
+        return
+    wanted = set(deployment_ids)
+    for listing, field, removal in ((["ps", "-a"], "ID", ["rm", "--force", "--volumes"]),
+                                    (["volume", "ls"], "Name", ["volume", "rm", "--force"]),
+                                    (["network", "ls"], "ID", ["network", "rm"])):
+        rows = subprocess.run(["docker", *listing, "--filter", f"label={DEPLOYMENT_LABEL}", "--format",
+                               f'{{{{.{field}}}}} {{{{.Label "{DEPLOYMENT_LABEL}"}}}}'],
+                              capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+        found = [name for name, _, label in (row.partition(" ") for row in rows) if label in wanted]
+        if found:
+            subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=False)
+
+
+def remove_seeds(state_dir: Path) -> None:
+    """The database seeds a service with `state_dir` made (the service keeps them on the engine for its next
+    previews, under its state directory's marker; a seed being made when it stopped has a container too): a
+    stack takes them along, or every test run would leave ~50 MB per stack on the engine."""
+    marker = HostEnv.for_state_dir(state_dir).marker
+    filters = ["--filter", f"label={OWNER_LABEL}={marker}", "--filter", f"label={SEED_LABEL}"]
+    for listing, removal in ((["ps", "-aq"], ["rm", "--force", "--volumes"]),
+                             (["volume", "ls", "-q"], ["volume", "rm", "--force"])):
+        found = subprocess.run(["docker", *listing, *filters], capture_output=True, text=True, timeout=60,
+                               check=True).stdout.split()
+        if found:
+            subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=True)
 
 
 def labelled_resources(deployment_id: str) -> list[str]:
