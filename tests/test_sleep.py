@@ -202,7 +202,7 @@ def test_an_idle_preview_sleeps_and_a_wake_brings_it_back(make_settings: Setting
     engine.handle(event("synchronize", repo, repo.sha_b))
     pushed = engine.store.read().deployments["acme-api-3"]
     assert pushed.status == "running" and pushed.commitSha == repo.sha_b and pushed.sleptAt is None
-    assert [name for name, _ in runtime.calls] == ["build", "start", "app_url", "problem", "logs"]
+    assert [name for name, _ in runtime.calls] == ["build", "start", "app_url", "logs"]
 
     # close of a sleeping preview: everything goes, the activity file too
     engine.store.update(lambda data: data.deployments.update({"acme-api-3": data.deployments["acme-api-3"].model_copy(
