@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
+from tests.support.live import wait_until
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
@@ -85,7 +86,14 @@ FAILURES = [
 def test_failures_are_reported_and_cleaned(stack: Stack, pr: int, setup: dict, message: str) -> None:
     repo = make_pr_repo(stack.root / "repos", "python", f"fail/{pr}", **setup)
     stack.send("opened", pr, repo, repo.sha_a)
+    if message == "Health check timeout":  # loaded while the app comes up, closed: 404 as if it did not exist
+        wait_until(lambda: stack.page(pr).headers.get("X-Preview-Closed") == f"{SLUG}-{pr}", timeout=120,
+                   message="the route loaded closed")
+        assert stack.records()[f"{SLUG}-{pr}"]["status"] == "building" and stack.page(pr).status_code == 404
     record = stack.wait_for(pr, "failed")
+    # A new preview that failed has no route, open or closed.
+    assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
+    assert not (stack.root / "proxy" / "open" / f"{SLUG}-pr-{pr}").exists()
     assert record["error"] == message
     comment = stack.wait_comment(pr, message, "Preview failed", "Push a new commit to retry")
     if message == "Health check timeout":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +13,7 @@ import httpx
 import pytest
 
 from orchestrator.adapters.host_env import HostEnv
-from orchestrator.adapters.nginx import Proxy, ProxyError
+from orchestrator.adapters.nginx import FlagUnseen, Proxy, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx
@@ -156,3 +158,57 @@ def test_the_served_wait_tells_the_route_from_nginx_own_404(nginx: Nginx, login_
     nowhere = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
                     listen_port=1)
     nowhere.wait_served("acme-api", 9, "acme-api-9", None, FlowControl(60), timeout=1)  # cannot check: goes on
+
+
+@pytest.fixture
+def open_nginx() -> Iterator[Nginx]:
+    """nginx with its routes where its workers (nobody) can look, as /etc/nginx/preview-locations is on a host
+    (pytest's temporary directories are private to root)."""
+    directory = Path(tempfile.mkdtemp(prefix="po-routes-", dir="/tmp"))
+    directory.chmod(0o755)
+    server = Nginx(directory / "nginx", directory / "routes").start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstream: int) -> None:
+    nginx = open_nginx
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  listen_port=nginx.port)
+    assert proxy.flags_usable()
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True)  # while the app builds
+    nginx.wait_settled()
+    closed = httpx.get(f"{nginx.url}/acme-api/pr-3/")
+    assert closed.status_code == 404 and closed.headers["X-Preview-Closed"] == "acme-api-3"  # as if it did not exist
+    assert "X-Preview-Deployment" not in closed.headers  # the served check does not take it for the route
+    with pytest.raises(ProxyError, match="not served"):
+        proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60), timeout=0.5)
+    workers = nginx.workers()
+    proxy.open("acme-api", 3)  # the app is healthy
+    proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
+    assert "path=/x" in httpx.get(f"{nginx.url}/acme-api/pr-3/x").text
+    assert nginx.workers() == workers  # no reload: the flag is looked at on every request
+    # Closed at once by a cleanup, before nginx's reload; and no flag is left.
+    proxy.remove("acme-api", 3, None)
+    assert not proxy.flag_path("acme-api", 3).exists()
+    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
+
+
+def test_routes_carry_no_flag_where_nginx_s_workers_cannot_look(nginx: Nginx, upstream: int) -> None:
+    # pytest's temporary directory is private to root: nginx's workers (nobody) cannot look at a flag there.
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  listen_port=nginx.port)
+    assert not proxy.flags_usable()
+    with pytest.raises(ProxyError, match="cannot be loaded closed"):
+        proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True)
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None)  # opens with the reload, as before flags
+    assert "if (!-f" not in proxy.path("acme-api", 3).read_text()
+    proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
+    # Where the look at the directories is fooled (an ACL, a security module), the served check tells.
+    fooled = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                   listen_port=nginx.port)
+    fooled._flags = True  # noqa: SLF001 - what flags_usable would say on such a host
+    fooled.install("acme-api", 4, "acme-api-4", upstream, None)  # opened, loaded: nginx cannot see the flag
+    with pytest.raises(FlagUnseen, match="cannot look at"):
+        fooled.wait_served("acme-api", 4, "acme-api-4", None, FlowControl(60))

@@ -10,6 +10,10 @@ With sleep (PREVIEW_IDLE_MINUTES), a route also logs the requests that reach its
 (PROXY_CONFIG_DIR/activity/: its time is the preview's last request), and hands a request the sleeping app cannot
 answer to the service's wake endpoint (http/resources/preview_wake.py), which wakes the app and gives the request
 back to it.
+
+A route opens with its flag file (PROXY_CONFIG_DIR/open/{slug}-pr-{N}): without it, the route answers 404 as if it
+did not exist. A new preview's route is written and loaded while the app builds, closed, and opened once the app is
+healthy — by creating the flag, which nginx looks at on every request: no reload on the way to `running`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pwd
 import re
 import secrets
 import shlex
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -54,7 +59,7 @@ _logger = logging.getLogger("orchestrator.adapters.nginx")
 HEADER = "# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.\n"
 
 PATH_LOCATION = r"""location /{slug}/pr-{pr}/ {{
-{guard}    proxy_pass http://{app_host}:{port}/;
+{closed}{guard}    proxy_pass http://{app_host}:{port}/;
     proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
     # An app that knows nothing of the prefix still works: redirects to its own root (relative, to 127.0.0.1 or
     # to the public host) come back under the prefix, cookies are scoped to it; other hosts are left alone.
@@ -65,7 +70,7 @@ PATH_LOCATION = r"""location /{slug}/pr-{pr}/ {{
 """
 
 HOST_LOCATION = """    location / {{
-{guard}        proxy_pass http://{app_host}:{port};
+{closed}{guard}        proxy_pass http://{app_host}:{port};
 {proxied}{sleep}    }}
 """
 
@@ -81,6 +86,13 @@ PROXIED = """    proxy_http_version 1.1;
     proxy_set_header Connection $http_connection;
     proxy_read_timeout 300s;
     proxy_connect_timeout 75s;
+"""
+
+# Before anything else (the protection, the app, the wake): a route whose flag is missing is not open yet.
+CLOSED_LINES = """    if (!-f {flag}) {{
+        add_header X-Preview-Closed {deployment_id} always;
+        return 404;
+    }}
 """
 
 BASIC_GUARD = """    auth_basic "Preview {deployment_id}";
@@ -170,6 +182,7 @@ WAKE_PATH_LINES = r"""    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
     proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
 """
 ACTIVITY_DIR = "activity"  # PROXY_CONFIG_DIR/activity/{slug}-pr-{N}.log: no `include` matches it
+OPEN_DIR = "open"  # PROXY_CONFIG_DIR/open/{slug}-pr-{N}: the route's flag; no `include` matches it
 
 HOST_SERVER = """server {{
     listen {listen};
@@ -186,16 +199,23 @@ TLS_LINES = """    ssl_certificate {cert};
 """
 
 SERVED_HEADER = "X-Preview-Deployment"
+CLOSED_HEADER = "X-Preview-Closed"  # CLOSED_LINES' answer
 SERVED_TIMEOUT = 15.0
-SERVED_STREAK = 5
+SERVED_STREAK = 2  # answers from the route in a row, each on a new connection
+SERVED_SETTLE = 0.3  # after a reload nginx lets its old workers take connections for 0.1 s more (measured)
 REFUSED_GRACE = 3.0
 USERS_FILE = ".preview-users.htpasswd"  # PREVIEW_PROTECTION_USERS, hashed; a dot file no `include` matches
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 # `user name [group];` of nginx's main context (statements split on `;`, `{`, `}`): who its workers are.
 _USER_DIRECTIVE = re.compile(r"(?:^|[;{}])\s*user\s+([^\s;]+)(?:\s+([^\s;]+))?\s*;")
 
 
 class ProxyError(Exception):
     pass
+
+
+class FlagUnseen(ProxyError):
+    """The route answers closed although its flag exists: nginx's workers cannot look at the flag."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +267,8 @@ class Proxy:
         self._reload = shlex.split(reload_command)
         self.routing = routing or Routing()
         self._users_text: str | None = None  # USERS_FILE's content, hashed once per process
+        self._flags: bool | None = None  # whether routes carry their flag's check (flags_usable)
+        self._reloaded: dict[Path, float] = {}  # a route's file -> when this process last reloaded nginx for it
 
     @classmethod
     def for_settings(cls, settings: Settings, env: HostEnv, sleep: bool = False) -> Proxy:
@@ -290,6 +312,8 @@ class Proxy:
         elif routing.protection == "token":
             guard = TOKEN_GUARD.format(deployment_id=deployment_id)
             extra = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
+        closed = (CLOSED_LINES.format(flag=self.flag_path(slug, pr), deployment_id=deployment_id)
+                  if self.flags_usable() else "")
         proxied = PROXIED.format(deployment_id=deployment_id)
         public_name = re.escape(self._public_host.rsplit(":", 1)[0])
         sleep = ""
@@ -304,10 +328,11 @@ class Proxy:
                 app_extra=WAKE_PATH_LINES.format(slug=slug, pr=pr, port=port, public_name=public_name)
                 if path_mode else "")
         if routing.mode == "path":
-            location = PATH_LOCATION.format(slug=slug, pr=pr, port=port, app_host=app_host, guard=guard,
+            location = PATH_LOCATION.format(slug=slug, pr=pr, port=port, app_host=app_host, guard=guard, closed=closed,
                                             proxied=proxied, sleep=sleep, public_name=public_name)
             return HEADER.format(deployment_id=deployment_id) + location + extra
-        body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), proxied=_indent(proxied),
+        body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), closed=_indent(closed),
+                                     proxied=_indent(proxied),
                                      sleep=_indent(sleep))
                 + _indent(extra))
         host = self.host_name(slug, pr)
@@ -359,6 +384,40 @@ class Proxy:
             return None
         return seen.st_mtime
 
+    def flag_path(self, slug: str, pr: int) -> Path:
+        """The route's flag: while it exists the route is open (nginx looks at it on every request)."""
+        return self.config_dir.resolve() / OPEN_DIR / f"{slug}-pr-{pr}"  # the path nginx's workers go through
+
+    def flags_usable(self) -> bool:
+        """Whether routes can open by their flag: nginx's workers (an unprivileged user) must be able to look at
+        it, so every directory down to OPEN_DIR lets others through (as /etc/nginx does). Decided once per
+        process (and its path must be plain: it stands in every route); else routes carry no check and are
+        written when they open, with a reload."""
+        if self._flags is None:
+            directory = self.config_dir / OPEN_DIR
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                directory.chmod(0o755)
+                real = directory.resolve()  # a link's target's directories are what the workers go through
+                self._flags = (_PLAIN_PATH.fullmatch(str(real)) is not None  # written unquoted into every route
+                               and all(part.stat().st_mode & stat.S_IXOTH for part in (real, *real.parents)))
+            except OSError:
+                self._flags = False
+            if not self._flags:
+                _logger.info("routes carry no flag: nginx's workers cannot look into %s (every directory above it "
+                             "must let others through, and its path be plain); each is written when it opens, with "
+                             "a reload", directory)
+        return self._flags
+
+    def stop_using_flags(self) -> None:
+        """nginx's workers turned out not to see the flags (FlagUnseen): routes carry no check from now on."""
+        self._flags = False
+
+    def open(self, slug: str, pr: int) -> None:
+        """Open the preview's route at once, without a reload (nginx's workers look at the flag)."""
+        if self.flags_usable():
+            self.flag_path(slug, pr).touch(mode=0o644)
+
     def mark_activity(self, slug: str, pr: int) -> None:
         """Count now as the preview's last request (it was just woken)."""
         path = self.activity_path(slug, pr)
@@ -397,11 +456,15 @@ class Proxy:
             # the file (a 500 when its workers cannot) and still answers 401.
             probe = base64.b64encode(f"preview-orchestrator-probe:{secrets.token_hex(16)}".encode()).decode()
             headers["Authorization"] = f"Basic {probe}"
-        started, last, streak, refused = time.monotonic(), "no answer", 0, None
+        started, last, streak, refused, unseen = time.monotonic(), "no answer", 0, None, 0
         # After a reload an old worker may still take a connection for a moment: served means SERVED_STREAK
-        # answers from the route in a row, each on a new connection. Until then, pauses of 0.01 s growing to 0.5 s:
-        # nginx's new workers answer 0.03-0.1 s after the reload command returns, and a probe costs ~2 ms.
+        # answers from the route in a row, each on a new connection, and none else until SERVED_SETTLE after the
+        # route's reload (a route opened by its flag was loaded long before). Until then, pauses of 0.01 s
+        # growing to 0.5 s: nginx's new workers answer 0.03-0.1 s after the reload command returns; a probe
+        # costs ~2 ms.
         pause = 0.01
+        reloaded = self._reloaded.get(self.path(slug, pr))
+        settled = reloaded + SERVED_SETTLE if reloaded is not None else 0.0
         # One client, no connection kept: each probe opens a new one (a client per probe cost ~10 ms each).
         with httpx.Client(verify=False, timeout=5.0, follow_redirects=False, trust_env=False,  # noqa: S501 - only whether nginx answers
                           limits=httpx.Limits(max_keepalive_connections=0)) as client:
@@ -411,12 +474,20 @@ class Proxy:
                     response = client.get(url, headers=headers, extensions={"sni_hostname": sni} if sni else None)
                     refused = None
                     from_route = response.headers.get(SERVED_HEADER) == deployment_id
+                    if (response.headers.get(CLOSED_HEADER) == deployment_id and self.flags_usable()
+                            and self.flag_path(slug, pr).exists()):
+                        unseen += 1  # loaded and opened, yet closed: nginx's workers cannot look at the flag
+                        if unseen >= SERVED_STREAK:
+                            raise FlagUnseen(f"nginx's workers cannot look at {self.flag_path(slug, pr)} (see "
+                                             "nginx's error log)")
+                    else:
+                        unseen = 0
                     if from_route and (not protected or response.status_code == 401):
                         streak += 1
-                        if streak >= SERVED_STREAK:
+                        if streak >= SERVED_STREAK and time.monotonic() >= settled:
                             if log:
-                                log.note(f"nginx serves the route ({response.status_code}, "
-                                         f"{time.monotonic() - started:.2f}s after the reload)")
+                                log.note(f"nginx serves the route ({response.status_code}, after "
+                                         f"{time.monotonic() - started:.2f}s)")
                             return
                     elif from_route:
                         streak, last = 0, (f"{response.status_code} where the protection should answer 401 (a users "
@@ -449,12 +520,20 @@ class Proxy:
                     pause = min(pause * 1.25, 0.5)
 
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
-                served: bool = False, host: str = "127.0.0.1") -> None:
+                served: bool = False, host: str = "127.0.0.1", closed: bool = False) -> None:
         """Write the route, test the whole config, reload; restore the previous file if the test fails.
 
         `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
         the route is then unchanged and nginx is left alone: a reload would only drop its open connections.
-        `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`)."""
+        `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`).
+        `closed`: the route answers 404 until `open` (a new preview's, loaded while the app builds); else it is
+        opened first and serves with the reload."""
+        if closed and not self.flags_usable():
+            raise ProxyError("a route cannot be loaded closed: nginx's workers cannot reach its flag")
+        if closed:
+            self.flag_path(slug, pr).unlink(missing_ok=True)
+        else:
+            self.open(slug, pr)
         path, other = self.path(slug, pr), self._other_path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
         left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
@@ -474,10 +553,12 @@ class Proxy:
         try:
             self._run(self._test, log)
             self._run(self._reload, log)
+            self._reloaded[path] = time.monotonic()
         except ProxyError:
             # Leave nginx's directory as it was, so the next reload does not pick up a route we reported failed.
             if previous is None:
                 path.unlink(missing_ok=True)
+                self.flag_path(slug, pr).unlink(missing_ok=True)  # no route, no flag: a later route starts closed
             else:
                 path.write_bytes(previous)
             if left is not None:
@@ -487,6 +568,8 @@ class Proxy:
     def remove(self, slug: str, pr: int, log: DeploymentLog | None, reload_anyway: bool = False) -> None:
         """Delete the route (of either routing mode) and reload. `reload_anyway`: the file may be gone while
         nginx still serves it (a cleanup interrupted between the two), so reload even then."""
+        self.flag_path(slug, pr).unlink(missing_ok=True)  # closed at once, before the reload
+        self._reloaded.pop(self.path(slug, pr), None)
         paths = [p for p in (self.path(slug, pr), self._other_path(slug, pr)) if p.exists()]
         if paths or reload_anyway:
             for path in paths:

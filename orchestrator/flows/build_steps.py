@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,14 +14,14 @@ from orchestrator.adapters.build_commands import BuildCommandError
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.git import CloneRefused
 from orchestrator.adapters.health import AppStopped, wait_healthy
-from orchestrator.adapters.nginx import ProxyError
+from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import RuntimeFailure, app_address, seed_database
+from orchestrator.plugin_api.runtime import RuntimeFailure, app_address, app_address_before_start, seed_database
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -63,11 +63,20 @@ class BuildSteps:
             self.build_commands(event, target, config, control)
         with clock.stage("render"):
             rendered, compose_file = self.render(event, target, record, config)
-        compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
-        with clock.stage("health"):
-            self.wait_healthy(event, target, record, config, compose_file, control)
-        with clock.stage("route"):
-            self.route(event, target, record, route_served, control)
+        with ThreadPoolExecutor(1, thread_name_prefix="route") as pool:
+            prepared = None
+            if (address := app_address_before_start(self.c.runtime, record.exposedAppPort)) is not None:
+                prepared = pool.submit(self.prepare_route, event, target, address, route_served)
+            try:
+                compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
+                with clock.stage("health"):
+                    self.wait_healthy(event, target, record, config, compose_file, control)
+                with clock.stage("route"):
+                    self.route(event, target, record, route_served, control, prepared)
+            except BaseException:
+                if prepared is not None and not route_served:
+                    self.remove_prepared_route(target, prepared)
+                raise
         return Built(clock.seconds, compose_file)
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -99,17 +108,65 @@ class BuildSteps:
                 raise StepFailed(exc.message, exc.detail) from None
         return compose_file
 
+    def prepare_route(self, event: PullRequestEvent, target: Target, address: tuple[str, int],
+                      route_served: bool) -> bool:
+        """The route written and loaded while the app builds — a new preview's closed (404, as if it did not exist)
+        until `route` opens it once the app is healthy —, so that nginx's reload is off the way to `running`.
+        False when it could not be: the route step writes it then, and fails with nginx's own reason."""
+        host, port = address
+        if not route_served and not self.c.proxy.flags_usable():
+            return False  # it could not be loaded closed (the log of the service says why once)
+        try:
+            self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
+                                 served=route_served, host=host, closed=not route_served)
+        except (ProxyError, OSError) as exc:
+            target.log.note(f"route not loaded while building ({exc}); written after the health check")
+            return False
+        return True
+
+    def remove_prepared_route(self, target: Target, prepared: Future[bool]) -> None:
+        """A new preview that did not come up leaves no route (as when routes were written only after health)."""
+        try:
+            if prepared.result():
+                self.c.proxy.remove(target.slug, target.pr, target.log)
+        except (ProxyError, OSError) as exc:
+            target.log.note(f"route of the failed deploy not removed: {exc}")
+
     def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,
-              control: FlowControl) -> None:
+              control: FlowControl, prepared: Future[bool] | None = None) -> None:
+        """Open the route loaded while the app built (no reload), else write it now; `running` and the ready
+        comment only once nginx's workers serve it."""
+        proxy = self.c.proxy
+        if prepared is not None and prepared.result():
+            try:
+                proxy.open(target.slug, target.pr)
+            except OSError as exc:
+                raise StepFailed("Nginx reload failed", f"the route's flag could not be written: {exc}") from None
+        else:
+            self.install_route(event, target, record, route_served)
+        try:
+            proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+        except FlagUnseen as exc:  # no route carries its flag from now on: this one is written open and reloaded
+            target.log.note(f"{exc}: the route is written without it")
+            proxy.stop_using_flags()
+            self.install_route(event, target, record, route_served=False)
+            self.wait_served(event, target, control)
+        except ProxyError as exc:
+            raise StepFailed("Nginx route not served", str(exc)) from None
+
+    def install_route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
+                      route_served: bool) -> None:
         try:
             host, port = app_address(self.c.runtime, event.deployment_id, record.exposedAppPort)
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
                                  served=route_served, host=host)
         except RuntimeFailure as exc:
             raise StepFailed(exc.message, exc.detail) from None
-        except ProxyError as exc:
+        except (ProxyError, OSError) as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
-        try:  # `running` and the ready comment only once nginx's workers serve the new route
+
+    def wait_served(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
+        try:
             self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
         except ProxyError as exc:
             raise StepFailed("Nginx route not served", str(exc)) from None

@@ -11,7 +11,7 @@ import threading
 from datetime import datetime, timedelta
 
 from orchestrator.adapters.leftovers import stop_marked_processes
-from orchestrator.adapters.nginx import ACTIVITY_DIR, ProxyError
+from orchestrator.adapters.nginx import ACTIVITY_DIR, OPEN_DIR, ProxyError
 from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
 from orchestrator.flows.context import FlowContext
@@ -103,6 +103,11 @@ class Reconciler:
         logs = {f"{r.projectSlug}-pr-{r.prNumber}.log" for r in data.deployments.values()}
         for path in self.c.settings.proxy_config_dir.glob(f"{ACTIVITY_DIR}/*-pr-*.log"):
             if path.name not in logs:
+                path.unlink(missing_ok=True)
+        # routes' flags (a route opens with its flag): none without a record, so no later route starts open
+        flags = {f"{r.projectSlug}-pr-{r.prNumber}" for r in data.deployments.values()}
+        for path in self.c.settings.proxy_config_dir.glob(f"{OPEN_DIR}/*-pr-*"):
+            if path.name not in flags:
                 path.unlink(missing_ok=True)
 
     def _remove_stale_work_dirs(self, data: StoreFile, open_deployments: set[str]) -> None:

@@ -120,6 +120,14 @@ def app_address(runtime: Runtime, deployment_id: str, app_port: int) -> tuple[st
     return str(host), int(port)
 
 
+def app_address_before_start(runtime: Runtime, app_port: int) -> tuple[str, int] | None:
+    """`app_address` when it is known before the preview starts (a runtime without its own: this host's loopback
+    and the preview's port); None when only the started preview tells (a swarm node's address)."""
+    if getattr(runtime, "app_address", None) is not None:
+        return None
+    return LOCAL_APP_HOST, app_port
+
+
 def lost_previews(runtime: Runtime, deployment_ids: list[str]) -> dict[str, str]:
     """Running previews the runtime knows to be gone (deployment id -> why, one sentence); none when the
     runtime cannot tell (it has no `lost_previews`)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,12 +116,28 @@ def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None
                 **extra: str) -> Stack:
     """`nginx_all_addresses`: nginx listens on *:port like setup-nginx's site (PREVIEW_ROUTING=host needs it)."""
     require_engine()
+    routes_where_workers_look(root / "proxy")
     codehost = FakeCodeHost().start()
     nginx = Nginx(root / "nginx", root / "proxy", all_addresses=nginx_all_addresses).start()
     if reload_command is not None:
         extra["PROXY_RELOAD_COMMAND"] = reload_command(nginx)
     service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
     return Stack(service, nginx, codehost, root)
+
+
+def routes_where_workers_look(link: Path) -> None:
+    """PROXY_CONFIG_DIR as on a host (/etc/nginx/preview-locations): in a directory nginx's workers (nobody) can
+    look into, so that routes open by their flag (adapters/nginx.py) — pytest's temporary directories are private
+    to root. `link` (the stack's root/proxy) points there; stop_stack removes it."""
+    if link.is_symlink() and link.exists():
+        return
+    link.unlink(missing_ok=True)
+    if link.is_dir():  # a stack of its own making, kept as it is
+        return
+    target = Path(tempfile.mkdtemp(prefix="po-routes-", dir="/tmp"))
+    target.chmod(0o755)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)
 
 
 def stop_stack(stack: Stack) -> None:
@@ -134,13 +152,19 @@ def stop_stack(stack: Stack) -> None:
         left = []
     remove_previews(left)
     remove_seeds(stack.root / "state")
+    if (stack.root / "proxy").is_symlink():
+        shutil.rmtree((stack.root / "proxy").resolve(), ignore_errors=True)
 
 
 def remove_previews(deployment_ids: list[str]) -> None:
-    """Every container, volume and network labelled with one of `deployment_ids`, as the engine has them."""
+    """Every container, volume and network labelled with one of `deployment_ids`, and the images built for them
+    (`{deploymentId}-*`, which a close removes), as the engine has them."""
     if not deployment_ids:
         return
     wanted = set(deployment_ids)
+    images = [image for deployment in wanted for image in subprocess.run(
+        ["docker", "images", "-q", f"{deployment}-*"], capture_output=True, text=True, timeout=60,
+        check=True).stdout.split()]
     for listing, field, removal in ((["ps", "-a"], "ID", ["rm", "--force", "--volumes"]),
                                     (["volume", "ls"], "Name", ["volume", "rm", "--force"]),
                                     (["network", "ls"], "ID", ["network", "rm"])):
@@ -150,6 +174,9 @@ def remove_previews(deployment_ids: list[str]) -> None:
         found = [name for name, _, label in (row.partition(" ") for row in rows) if label in wanted]
         if found:
             subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=False)
+    if images:
+        subprocess.run(["docker", "rmi", "--force", *sorted(set(images))], capture_output=True, timeout=120,
+                       check=False)
 
 
 def remove_seeds(state_dir: Path) -> None:
