@@ -193,6 +193,22 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
     proxy.remove("acme-api", 3, None)
     assert not proxy.flag_path("acme-api", 3).exists()
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
+    # Workers found not to see the flags (FlagUnseen): no flags after a restart either, until the mark is removed.
+    proxy.stop_using_flags()
+    restarted = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
+    assert not restarted.flags_usable()
+    assert "if (!-f" not in restarted.route("acme-api", 5, "acme-api-5", upstream)
+
+
+def test_the_served_check_waits_out_the_old_workers_of_a_reload(open_nginx: Nginx, upstream: int) -> None:
+    nginx = open_nginx
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  listen_port=nginx.port)
+    for pr in range(1, 6):  # nginx keeps its old workers 0.1 s after a reload: none answers after `served`
+        proxy.install("acme-api", pr, f"acme-api-{pr}", upstream, None)
+        proxy.wait_served("acme-api", pr, f"acme-api-{pr}", None, FlowControl(60))
+        answers = [httpx.get(f"{nginx.url}/acme-api/pr-{pr}/").status_code for _ in range(20)]
+        assert answers == [200] * 20, (pr, answers)
 
 
 def test_routes_carry_no_flag_where_nginx_s_workers_cannot_look(nginx: Nginx, upstream: int) -> None:

@@ -202,7 +202,10 @@ SERVED_HEADER = "X-Preview-Deployment"
 CLOSED_HEADER = "X-Preview-Closed"  # CLOSED_LINES' answer
 SERVED_TIMEOUT = 15.0
 SERVED_STREAK = 2  # answers from the route in a row, each on a new connection
-SERVED_SETTLE = 0.3  # after a reload nginx lets its old workers take connections for 0.1 s more (measured)
+# nginx lets its old workers take connections for 0.1 s after it started the new ones (measured): after a reload,
+# answers from the route must go on this long after the first one.
+SERVED_SETTLE = 0.2
+UNSEEN_MARK = ".workers-cannot-look"  # in OPEN_DIR: nginx's workers were found not to see the flags
 REFUSED_GRACE = 3.0
 USERS_FILE = ".preview-users.htpasswd"  # PREVIEW_PROTECTION_USERS, hashed; a dot file no `include` matches
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
@@ -268,7 +271,8 @@ class Proxy:
         self.routing = routing or Routing()
         self._users_text: str | None = None  # USERS_FILE's content, hashed once per process
         self._flags: bool | None = None  # whether routes carry their flag's check (flags_usable)
-        self._reloaded: dict[Path, float] = {}  # a route's file -> when this process last reloaded nginx for it
+        self._pending: set[Path] = set()  # routes reloaded by this process and not yet seen served since
+        self._guarded: dict[Path, bool] = {}  # whether a route's file, as written, checks its flag
 
     @classmethod
     def for_settings(cls, settings: Settings, env: HostEnv, sleep: bool = False) -> Proxy:
@@ -304,7 +308,9 @@ class Proxy:
             return None
         return self.routing.users_file or self.config_dir / USERS_FILE
 
-    def route(self, slug: str, pr: int, deployment_id: str, port: int, app_host: str = "127.0.0.1") -> str:
+    def route(self, slug: str, pr: int, deployment_id: str, port: int, app_host: str = "127.0.0.1",
+              guarded: bool | None = None) -> str:
+        """The route's text; `guarded`: it checks its flag (default: when flags_usable)."""
         routing = self.routing
         guard, extra = "", ""
         if routing.protection == "basic":
@@ -312,8 +318,8 @@ class Proxy:
         elif routing.protection == "token":
             guard = TOKEN_GUARD.format(deployment_id=deployment_id)
             extra = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
-        closed = (CLOSED_LINES.format(flag=self.flag_path(slug, pr), deployment_id=deployment_id)
-                  if self.flags_usable() else "")
+        guarded = self.flags_usable() if guarded is None else guarded
+        closed = CLOSED_LINES.format(flag=self.flag_path(slug, pr), deployment_id=deployment_id) if guarded else ""
         proxied = PROXIED.format(deployment_id=deployment_id)
         public_name = re.escape(self._public_host.rsplit(":", 1)[0])
         sleep = ""
@@ -400,6 +406,7 @@ class Proxy:
                 directory.chmod(0o755)
                 real = directory.resolve()  # a link's target's directories are what the workers go through
                 self._flags = (_PLAIN_PATH.fullmatch(str(real)) is not None  # written unquoted into every route
+                               and not (directory / UNSEEN_MARK).exists()
                                and all(part.stat().st_mode & stat.S_IXOTH for part in (real, *real.parents)))
             except OSError:
                 self._flags = False
@@ -410,13 +417,20 @@ class Proxy:
         return self._flags
 
     def stop_using_flags(self) -> None:
-        """nginx's workers turned out not to see the flags (FlagUnseen): routes carry no check from now on."""
+        """nginx's workers turned out not to see the flags (FlagUnseen): routes carry no check from now on, after a
+        restart too (UNSEEN_MARK; remove it once nginx's workers can look into PROXY_CONFIG_DIR)."""
         self._flags = False
+        try:
+            (self.config_dir / OPEN_DIR / UNSEEN_MARK).touch()
+        except OSError as exc:
+            _logger.warning("%s not written: %s", UNSEEN_MARK, exc)
 
     def open(self, slug: str, pr: int) -> None:
-        """Open the preview's route at once, without a reload (nginx's workers look at the flag)."""
-        if self.flags_usable():
-            self.flag_path(slug, pr).touch(mode=0o644)
+        """Open the preview's route at once, without a reload (nginx's workers look at the flag); a route that
+        checks no flag ignores it."""
+        flag = self.flag_path(slug, pr)
+        flag.parent.mkdir(parents=True, exist_ok=True)
+        flag.touch(mode=0o644)
 
     def mark_activity(self, slug: str, pr: int) -> None:
         """Count now as the preview's last request (it was just woken)."""
@@ -441,13 +455,14 @@ class Proxy:
         return f"http://127.0.0.1:{self._listen_port}/", host, None
 
     def wait_served(self, slug: str, pr: int, deployment_id: str, log: DeploymentLog | None,
-                    control: FlowControl, timeout: float = SERVED_TIMEOUT) -> None:
+                    control: FlowControl, timeout: float = SERVED_TIMEOUT, closed: bool = False) -> None:
         """Until nginx (on 127.0.0.1, PROXY_LISTEN_PORT — or PREVIEW_TLS_PORT —, with the preview's path or
         host name) answers from this route — told by SERVED_HEADER — and not from a worker that predates the
         reload. Any status of the app will do; behind protection, nginx's own 401 (the probe has no
         credentials), which also shows that the protection works (a users file nginx's workers cannot read
         gives 500; a service nginx cannot reach, too). Nothing listening there at all: the check cannot be made,
-        which the log says; the deploy goes on."""
+        which the log says; the deploy goes on. `closed`: the route was loaded closed, and its closed answer
+        (CLOSED_HEADER) is what is waited for."""
         url, host, sni = self._probe(slug, pr)
         protected = self.routing.protection != "none"
         headers = {"Host": host}
@@ -458,13 +473,13 @@ class Proxy:
             headers["Authorization"] = f"Basic {probe}"
         started, last, streak, refused, unseen = time.monotonic(), "no answer", 0, None, 0
         # After a reload an old worker may still take a connection for a moment: served means SERVED_STREAK
-        # answers from the route in a row, each on a new connection, and none else until SERVED_SETTLE after the
-        # route's reload (a route opened by its flag was loaded long before). Until then, pauses of 0.01 s
-        # growing to 0.5 s: nginx's new workers answer 0.03-0.1 s after the reload command returns; a probe
-        # costs ~2 ms.
+        # answers from the route in a row, each on a new connection, and — after a reload this process has not
+        # seen served yet — the last one SERVED_SETTLE after the first answer from the route. Until then, pauses
+        # of 0.01 s growing to 0.5 s: nginx's new workers answer 0.03-0.1 s after the reload command returns; a
+        # probe costs ~2 ms.
         pause = 0.01
-        reloaded = self._reloaded.get(self.path(slug, pr))
-        settled = reloaded + SERVED_SETTLE if reloaded is not None else 0.0
+        path = self.path(slug, pr)
+        first_seen: float | None = None
         # One client, no connection kept: each probe opens a new one (a client per probe cost ~10 ms each).
         with httpx.Client(verify=False, timeout=5.0, follow_redirects=False, trust_env=False,  # noqa: S501 - only whether nginx answers
                           limits=httpx.Limits(max_keepalive_connections=0)) as client:
@@ -473,8 +488,9 @@ class Proxy:
                 try:
                     response = client.get(url, headers=headers, extensions={"sni_hostname": sni} if sni else None)
                     refused = None
-                    from_route = response.headers.get(SERVED_HEADER) == deployment_id
-                    if (response.headers.get(CLOSED_HEADER) == deployment_id and self.flags_usable()
+                    answered_closed = response.headers.get(CLOSED_HEADER) == deployment_id
+                    from_route = answered_closed if closed else response.headers.get(SERVED_HEADER) == deployment_id
+                    if (answered_closed and not closed and self._guarded.get(path)
                             and self.flag_path(slug, pr).exists()):
                         unseen += 1  # loaded and opened, yet closed: nginx's workers cannot look at the flag
                         if unseen >= SERVED_STREAK:
@@ -482,9 +498,12 @@ class Proxy:
                                              "nginx's error log)")
                     else:
                         unseen = 0
-                    if from_route and (not protected or response.status_code == 401):
+                    if from_route and (closed or not protected or response.status_code == 401):
                         streak += 1
-                        if streak >= SERVED_STREAK and time.monotonic() >= settled:
+                        first_seen = first_seen or time.monotonic()
+                        settled = path not in self._pending or time.monotonic() >= first_seen + SERVED_SETTLE
+                        if streak >= SERVED_STREAK and settled:
+                            self._pending.discard(path)
                             if log:
                                 log.note(f"nginx serves the route ({response.status_code}, after "
                                          f"{time.monotonic() - started:.2f}s)")
@@ -528,6 +547,7 @@ class Proxy:
         `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`).
         `closed`: the route answers 404 until `open` (a new preview's, loaded while the app builds); else it is
         opened first and serves with the reload."""
+        guarded = closed or self.flags_usable()  # decided once: another deploy may stop the flags meanwhile
         if closed and not self.flags_usable():
             raise ProxyError("a route cannot be loaded closed: nginx's workers cannot reach its flag")
         if closed:
@@ -537,11 +557,12 @@ class Proxy:
         path, other = self.path(slug, pr), self._other_path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
         left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
-        wanted = self.route(slug, pr, deployment_id, port, host)
+        wanted = self.route(slug, pr, deployment_id, port, host, guarded)
         self.write_users_file()
         if self.routing.sleep:
             self._create_activity(slug, pr)
         if served and previous == wanted.encode() and left is None:
+            self._guarded[path] = guarded
             if log:
                 log.note("nginx route unchanged; not reloaded")
             return
@@ -553,7 +574,8 @@ class Proxy:
         try:
             self._run(self._test, log)
             self._run(self._reload, log)
-            self._reloaded[path] = time.monotonic()
+            self._pending.add(path)
+            self._guarded[path] = guarded
         except ProxyError:
             # Leave nginx's directory as it was, so the next reload does not pick up a route we reported failed.
             if previous is None:
@@ -569,7 +591,8 @@ class Proxy:
         """Delete the route (of either routing mode) and reload. `reload_anyway`: the file may be gone while
         nginx still serves it (a cleanup interrupted between the two), so reload even then."""
         self.flag_path(slug, pr).unlink(missing_ok=True)  # closed at once, before the reload
-        self._reloaded.pop(self.path(slug, pr), None)
+        self._pending.discard(self.path(slug, pr))
+        self._guarded.pop(self.path(slug, pr), None)
         paths = [p for p in (self.path(slug, pr), self._other_path(slug, pr)) if p.exists()]
         if paths or reload_anyway:
             for path in paths:

@@ -66,7 +66,7 @@ class BuildSteps:
         with ThreadPoolExecutor(1, thread_name_prefix="route") as pool:
             prepared = None
             if (address := app_address_before_start(self.c.runtime, record.exposedAppPort)) is not None:
-                prepared = pool.submit(self.prepare_route, event, target, address, route_served)
+                prepared = pool.submit(self.prepare_route, event, target, address, route_served, control)
             try:
                 compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
                 with clock.stage("health"):
@@ -109,19 +109,25 @@ class BuildSteps:
         return compose_file
 
     def prepare_route(self, event: PullRequestEvent, target: Target, address: tuple[str, int],
-                      route_served: bool) -> bool:
+                      route_served: bool, control: FlowControl) -> bool:
         """The route written and loaded while the app builds — a new preview's closed (404, as if it did not exist)
-        until `route` opens it once the app is healthy —, so that nginx's reload is off the way to `running`.
-        False when it could not be: the route step writes it then, and fails with nginx's own reason."""
+        until `route` opens it once the app is healthy, and seen loaded here, so that nginx's reload and its old
+        workers are off the way to `running`. True when this deploy loaded it (the route step opens it; a failure
+        removes it); False when it could not: the route step writes it then, and fails with nginx's own reason."""
         host, port = address
         if not route_served and not self.c.proxy.flags_usable():
             return False  # it could not be loaded closed (the log of the service says why once)
         try:
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
                                  served=route_served, host=host, closed=not route_served)
-        except (ProxyError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the route step writes it and says why it fails
             target.log.note(f"route not loaded while building ({exc}); written after the health check")
             return False
+        if not route_served:  # (a served route stays as it was: probing a sleeping one would wake it)
+            try:
+                self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, None, control, closed=True)
+            except Exception as exc:  # noqa: BLE001 - cancelled, or not seen: the route step's check waits then
+                target.log.note(f"route loaded while building, not seen yet: {exc}")
         return True
 
     def remove_prepared_route(self, target: Target, prepared: Future[bool]) -> None:
@@ -129,7 +135,7 @@ class BuildSteps:
         try:
             if prepared.result():
                 self.c.proxy.remove(target.slug, target.pr, target.log)
-        except (ProxyError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the deploy's own failure is what is reported
             target.log.note(f"route of the failed deploy not removed: {exc}")
 
     def route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, route_served: bool,

@@ -129,10 +129,11 @@ def routes_where_workers_look(link: Path) -> None:
     """PROXY_CONFIG_DIR as on a host (/etc/nginx/preview-locations): in a directory nginx's workers (nobody) can
     look into, so that routes open by their flag (adapters/nginx.py) — pytest's temporary directories are private
     to root. `link` (the stack's root/proxy) points there; stop_stack removes it."""
-    if link.is_symlink() and link.exists():
-        return
-    link.unlink(missing_ok=True)
-    if link.is_dir():  # a stack of its own making, kept as it is
+    if link.is_symlink():
+        if link.exists():
+            return
+        link.unlink()
+    elif link.is_dir():  # a stack of its own making, kept as it is
         return
     target = Path(tempfile.mkdtemp(prefix="po-routes-", dir="/tmp"))
     target.chmod(0o755)
@@ -152,13 +153,15 @@ def stop_stack(stack: Stack) -> None:
         left = []
     remove_previews(left)
     remove_seeds(stack.root / "state")
-    if (stack.root / "proxy").is_symlink():
-        shutil.rmtree((stack.root / "proxy").resolve(), ignore_errors=True)
+    routes = stack.root / "proxy"
+    if routes.is_symlink() and routes.resolve().name.startswith("po-routes-"):  # the one routes_where_workers_look made
+        shutil.rmtree(routes.resolve(), ignore_errors=True)
 
 
 def remove_previews(deployment_ids: list[str]) -> None:
     """Every container, volume and network labelled with one of `deployment_ids`, and the images built for them
-    (`{deploymentId}-*`, which a close removes), as the engine has them."""
+    (`{deploymentId}-*`, which a close removes), as the engine has them. Preview resources carry no owner: like the
+    compose projects they are named after, two test runs on one engine cannot keep them apart."""
     if not deployment_ids:
         return
     wanted = set(deployment_ids)
