@@ -151,14 +151,12 @@ class BuildSteps:
         else:
             self.install_route(event, target, record, route_served)
         try:
-            proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+            self.wait_served(event, target, control)
         except FlagUnseen as exc:  # no route carries its flag from now on: this one is written open and reloaded
             target.log.note(f"{exc}: the route is written without it")
             proxy.stop_using_flags()
             self.install_route(event, target, record, route_served=False)
             self.wait_served(event, target, control)
-        except ProxyError as exc:
-            raise StepFailed("Nginx route not served", str(exc)) from None
 
     def install_route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                       route_served: bool) -> None:
@@ -172,8 +170,11 @@ class BuildSteps:
             raise StepFailed("Nginx reload failed", str(exc)) from None
 
     def wait_served(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
+        """nginx serves the route, else StepFailed; FlagUnseen is left to `route`, which writes it again."""
         try:
             self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+        except FlagUnseen:
+            raise
         except ProxyError as exc:
             raise StepFailed("Nginx route not served", str(exc)) from None
 

@@ -113,10 +113,9 @@ def app_address(runtime: Runtime, deployment_id: str, app_port: int) -> tuple[st
     """Where nginx must proxy the preview's app: the runtime's own `app_address` when it has one, else this
     host's loopback and the preview's port. Kept out of the Runtime protocol so that runtimes written before it
     still satisfy the protocol unchanged."""
-    method = getattr(runtime, "app_address", None)
-    if method is None:
-        return LOCAL_APP_HOST, app_port
-    host, port = method(deployment_id, app_port)
+    if (known := app_address_before_start(runtime, app_port)) is not None:
+        return known
+    host, port = runtime.app_address(deployment_id, app_port)  # type: ignore[attr-defined]
     return str(host), int(port)
 
 
