@@ -178,7 +178,8 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
                   listen_port=nginx.port)
     assert proxy.flags_usable()
     proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True)  # while the app builds
-    nginx.wait_settled()
+    # Seen loaded, as the deploy sees it while the app builds (nginx applies a reload a moment after the command).
+    proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60), closed=True)
     closed = httpx.get(f"{nginx.url}/acme-api/pr-3/")
     assert closed.status_code == 404 and closed.headers["X-Preview-Closed"] == "acme-api-3"  # as if it did not exist
     assert "X-Preview-Deployment" not in closed.headers  # the served check does not take it for the route
