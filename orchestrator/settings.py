@@ -399,27 +399,29 @@ ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scop
 _TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")
 
 
-def sign_preview_token(key: bytes, deployment_id: str, expires: int) -> str:
-    """`{expiry, unix seconds}.{HMAC-SHA256(key, deployment id and expiry), base64url}`: opens one preview until
-    it expires."""
-    mac = hmac.new(key, f"preview-access\n{deployment_id}\n{expires}".encode(), hashlib.sha256).digest()
+def sign_preview_token(key: bytes, subject: str, expires: int) -> str:
+    """`{expiry, unix seconds}.{HMAC-SHA256(key, subject and expiry), base64url}`: opens one preview until it
+    expires. `subject`: the preview of its repository (a record's or event's `subject`), so a link of one
+    repository's pull request never opens another repository's preview of the same id."""
+    mac = hmac.new(key, f"preview-access\n{subject}\n{expires}".encode(), hashlib.sha256).digest()
     return f"{expires}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
 
 
-def check_preview_token(key: bytes, deployment_id: str, token: str, now: float) -> bool:
-    """Whether `token` was signed with `key` for this deployment and has not expired (constant-time compare)."""
+def check_preview_token(key: bytes, subject: str, token: str, now: float) -> bool:
+    """Whether `token` was signed with `key` for this subject and has not expired (constant-time compare)."""
     match = _TOKEN.match(token)
     if match is None:
         return False
-    expected = sign_preview_token(key, deployment_id, int(match[1]))
+    expected = sign_preview_token(key, subject, int(match[1]))
     return hmac.compare_digest(expected.encode(), token.encode()) and int(match[1]) > now
 
 
-def wake_key(key: bytes, deployment_id: str) -> str:
-    """The header value the route's wake location sends (`X-Preview-Wake-Key`): HMAC-SHA256 of the deployment id
-    with the service's wake key, so that a request that did not come from that preview's route (the service's
-    port reached some other way) cannot wake it or be handed to its app past the route's protection."""
-    return hmac.new(key, f"preview-wake\n{deployment_id}".encode(), hashlib.sha256).hexdigest()
+def wake_key(key: bytes, subject: str) -> str:
+    """The header value the route's wake location sends (`X-Preview-Wake-Key`): HMAC-SHA256 of the preview's
+    subject (its repository and deployment id) with the service's wake key, so that a request that did not come
+    from that preview's route (the service's port reached some other way, or the route of another repository's
+    preview of the same id) cannot wake it or be handed to its app past the route's protection."""
+    return hmac.new(key, f"preview-wake\n{subject}".encode(), hashlib.sha256).hexdigest()
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError, parse_preview_config
+from orchestrator.rendering.compose_document import LOG_OPTIONS, PIDS_LIMIT
 from orchestrator.rendering.compose_file import RESOURCES, make_context, render_deployment, write_rendered
+from orchestrator.rendering.compose_policy import ALLOWED_ULIMITS
 from orchestrator.rendering.plugin_host import build_plugin_host
 from orchestrator.runtime.compose_cli import Compose
 from tests.support.compose import compose_binary
@@ -85,6 +87,15 @@ def field_value(name: str) -> st.SearchStrategy[Any]:
             lambda d: {**d, "context": d.get("context", ".")})
     if name in ("scale",):
         return st.integers(min_value=0, max_value=4)
+    if name == "pids_limit":
+        return st.sampled_from([-1, 0, 100, 1024, 4096, "${P:--1}"])
+    if name == "ulimits":
+        amounts = st.sampled_from([0, 1024, 65536, 99, -1, 10**9])
+        return st.dictionaries(st.sampled_from(["nofile", "rtprio", "nice", "memlock", "core", "stack", "rttime"]),
+                               amounts | st.fixed_dictionaries({"soft": amounts, "hard": amounts}), max_size=2)
+    if name == "logging":
+        return st.fixed_dictionaries({"driver": st.sampled_from(["json-file", "local", "syslog", "none"])},
+                                     optional={"options": st.just({"max-size": "10g", "max-file": "1000"})})
     if name == "image":
         return st.sampled_from(["redis", "po-standin/python:test", "${I:-postgres:16}"])
     if name == "ports":
@@ -174,8 +185,22 @@ def violations(document: dict[str, Any], root: Path) -> list[str]:
         for opt in svc.get("security_opt") or []:
             if "no-new-privileges" not in opt:
                 found.append(f"{name}: security_opt {opt}")
-        if (svc.get("deploy") or {}).get("resources") != json.loads(json.dumps(_bytes(RESOURCES))):
-            found.append(f"{name}: limits {(svc.get('deploy') or {}).get('resources')}")
+        resources = (svc.get("deploy") or {}).get("resources") or {}
+        limits = dict(resources.get("limits") or {})
+        pids = limits.pop("pids", None)
+        if {**resources, "limits": limits} != json.loads(json.dumps(_bytes(RESOURCES))):
+            found.append(f"{name}: limits {resources}")
+        if not isinstance(pids, int) or not 0 < pids <= PIDS_LIMIT or "pids_limit" in svc:
+            found.append(f"{name}: pids {pids} (pids_limit {svc.get('pids_limit')})")
+        logging = svc.get("logging") or {}
+        if logging.get("driver") not in ("json-file", "local") or logging.get("options") != LOG_OPTIONS:
+            found.append(f"{name}: logging {logging}")
+        if "NET_RAW" not in (svc.get("cap_drop") or []) and "ALL" not in (svc.get("cap_drop") or []):
+            found.append(f"{name}: raw sockets")
+        for limit, value in (svc.get("ulimits") or {}).items():
+            values = [value.get("soft"), value.get("hard")] if isinstance(value, dict) else [value]
+            if limit not in ALLOWED_ULIMITS or any(v > ALLOWED_ULIMITS[limit] for v in values):
+                found.append(f"{name}: ulimits {limit} {value}")
         if svc.get("scale", 1) > 1 or (svc.get("deploy") or {}).get("replicas", 1) > 1:
             found.append(f"{name}: more than one container")
         for volume in svc.get("volumes") or []:

@@ -69,7 +69,8 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "prNumber", "repoName", "repoOwner", "projectSlug", "deploymentId", "branch", "commitSha",
         "framework", "dbType", "appPort", "exposedAppPort", "exposedDbPort", "status", "createdAt",
         "updatedAt", "url", "commentId",
-        "cloneUrl", "error", "codehostDeploymentId", "source", "sleptAt",  # ours, documented in docs/decisions.md
+        # ours, documented in docs/decisions.md
+        "cloneUrl", "error", "codehostDeploymentId", "source", "sleptAt", "wokeAt",
     }
     local = doc["paths"]["/api/previews"]["post"]
     assert set(local["responses"]) == {"202", "400", "403", "409"}

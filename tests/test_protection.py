@@ -32,7 +32,8 @@ from tests.conftest import SettingsFactory
 from tests.support.git_repos import make_pr_repo
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess
-from tests.support.nginx import Nginx
+from tests.support.nginx import Nginx, subject_of
+from tests.support.records import sample_record, track
 from tests.support.stack import SLUG, start_stack, stop_stack
 from tests.test_routing import DOMAIN, LOGIN_CONFIG, comment_link, log_in_through, loopback_client, serve_app
 
@@ -98,17 +99,21 @@ def test_modes_are_accepted_once_configured() -> None:
     assert settings_of(preview_routing="host", preview_domain=DOMAIN).preview_routing == "host"
 
 
-def test_tokens_are_bound_to_their_deployment_and_expire() -> None:
+def test_tokens_are_bound_to_their_repository_s_preview_and_expire() -> None:
     key, now = random_key(), time.time()
-    token = sign_preview_token(key, "acme-api-3", int(now) + 60)
-    assert check_preview_token(key, "acme-api-3", token, now)
-    assert not check_preview_token(key, "acme-api-4", token, now)  # another preview
-    assert not check_preview_token(random_key(), "acme-api-3", token, now)  # another key
-    assert not check_preview_token(key, "acme-api-3", token, now + 61)  # expired
+    three = subject_of("acme-api-3")
+    token = sign_preview_token(key, three, int(now) + 60)
+    assert check_preview_token(key, three, token, now)
+    assert not check_preview_token(key, subject_of("acme-api-4"), token, now)  # another preview
+    # another repository whose name gives the same deployment id (acme/api and acme/_api share the slug acme-api)
+    assert not check_preview_token(key, subject_of("acme-api-3", "github/acme/_api"), token, now)
+    assert not check_preview_token(key, subject_of("acme-api-3", "local/acme/api"), token, now)  # another host
+    assert not check_preview_token(random_key(), three, token, now)  # another key
+    assert not check_preview_token(key, three, token, now + 61)  # expired
     expires, signature = token.split(".")
-    assert not check_preview_token(key, "acme-api-3", f"{int(expires) + 3600}.{signature}", now)  # prolonged
+    assert not check_preview_token(key, three, f"{int(expires) + 3600}.{signature}", now)  # prolonged
     for bad in ("", ".", "abc", f"{expires}.", f"{expires}.{signature}x", f"{expires}.{signature[:-1]}+"):
-        assert not check_preview_token(key, "acme-api-3", bad, now)
+        assert not check_preview_token(key, three, bad, now)
 
 
 # Basic authentication with a real nginx --------------------------------------------------------------------------
@@ -118,7 +123,7 @@ def test_basic_protection_asks_every_request_for_credentials(nginx: Nginx, tmp_p
     proxy = make_proxy(nginx, Routing(protection="basic", users=SecretStr(f"alice:{PASSWORD},bob:second")))
     log = DeploymentLog(tmp_path / "deploy.log")
     with serve_app() as port:
-        proxy.install("acme-api", 3, "acme-api-3", port, log)
+        proxy.install("acme-api", 3, "acme-api-3", port, log, subject=subject_of("acme-api-3"))
         proxy.wait_served("acme-api", 3, "acme-api-3", log, FlowControl(60))  # nginx's 401 is the route's
         url = f"{nginx.url}/acme-api/pr-3/x"
         refused = httpx.get(url, timeout=10)
@@ -147,7 +152,7 @@ def test_an_operators_htpasswd_file_is_used_as_is(nginx: Nginx, open_dir: Path) 
     users_file.chmod(0o644)
     proxy = make_proxy(nginx, Routing(protection="basic", users_file=users_file))
     with serve_app() as port:
-        proxy.install("acme-api", 3, "acme-api-3", port, None)
+        proxy.install("acme-api", 3, "acme-api-3", port, None, subject=subject_of("acme-api-3"))
         proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
         assert httpx.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 401
         assert httpx.get(f"{nginx.url}/acme-api/pr-3/", auth=("carol", "theirs"), timeout=10).status_code == 200
@@ -161,7 +166,7 @@ def test_a_users_file_nginx_cannot_read_fails_the_route_probe(tmp_path: Path) ->
     try:
         proxy = make_proxy(server, Routing(protection="basic", users=SecretStr("alice:pw")))
         with serve_app() as port:
-            proxy.install("acme-api", 3, "acme-api-3", port, None)
+            proxy.install("acme-api", 3, "acme-api-3", port, None, subject=subject_of("acme-api-3"))
             with pytest.raises(ProxyError, match="answered 500 where the protection should answer 401"):
                 proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60), timeout=2)
     finally:
@@ -181,7 +186,17 @@ def test_the_access_endpoints_answer_only_in_token_mode(make_settings: SettingsF
     assert on.simulate_get("/api/preview-access/acme-api-3/token",
                            headers={"X-Preview-Token": "1.abc"}).status_code == 401
     key = read_or_create(tmp_path / "state" / "preview-token.key", random_key)  # the service's, made on need
-    token = sign_preview_token(key, "acme-api-3", int(time.time()) + 60)
+    token = sign_preview_token(key, subject_of("acme-api-3"), int(time.time()) + 60)
+    headers = {"X-Preview-Token": token, "X-Original-URI": "/acme-api/pr-3/"}
+    # no record of the preview: its token opens nothing
+    assert on.simulate_get("/api/preview-access/acme-api-3/token", headers=headers).status_code == 401
+    assert on.simulate_get("/api/preview-access/acme-api-3", cookies={"preview_access": token}).status_code == 401
+    # the id held by another repository whose name gives the same slug: the first one's link opens nothing
+    track(tmp_path / "state" / "deployments.json", sample_record(3, "acme", "_api"))
+    assert sample_record(3, "acme", "_api").deploymentId == "acme-api-3"
+    assert on.simulate_get("/api/preview-access/acme-api-3/token", headers=headers).status_code == 401
+    assert on.simulate_get("/api/preview-access/acme-api-3", cookies={"preview_access": token}).status_code == 401
+    track(tmp_path / "state" / "deployments.json", sample_record(3), sample_record(4))
     opened = on.simulate_get("/api/preview-access/acme-api-3/token",
                              headers={"X-Preview-Token": token, "X-Forwarded-Proto": "https",
                                       "X-Original-URI": f"/acme-api/pr-3/a?preview_token={token}&b=1"})
@@ -207,6 +222,7 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
     workdir.mkdir()
     key_path = workdir / "state" / "preview-token.key"
     key = read_or_create(key_path, random_key)
+    track(workdir / "state" / "deployments.json", sample_record(3), sample_record(4))
     service = ServiceProcess(workdir, EVENT_HANDLER="tests.support.handlers:from_env",
                              TEST_JOURNAL=str(tmp_path / "journal.jsonl"), PREVIEW_PROTECTION="token").start()
     try:
@@ -214,16 +230,17 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
                                           token_key=key_path, token_ttl_hours=1))
         with serve_app() as port:
             for pr in (3, 4):
-                proxy.install("acme-api", pr, f"acme-api-{pr}", port, None)
+                proxy.install("acme-api", pr, f"acme-api-{pr}", port, None, subject=subject_of(f"acme-api-{pr}"))
                 proxy.wait_served("acme-api", pr, f"acme-api-{pr}", None, FlowControl(60))  # 401: protected
             three, four = f"{nginx.url}/acme-api/pr-3/", f"{nginx.url}/acme-api/pr-4/"
             refused = httpx.get(three, timeout=10)
             assert refused.status_code == 401 and "This preview is protected" in refused.text
             assert refused.headers["x-preview-deployment"] == "acme-api-3"
-            link = proxy.reviewer_link(three, "acme-api-3")
+            link = proxy.reviewer_link(three, subject_of("acme-api-3"))
             token = link.split("preview_token=")[1]
-            assert check_preview_token(key, "acme-api-3", token, time.time() + 3500)
-            assert not check_preview_token(key, "acme-api-3", token, time.time() + 3700)  # PREVIEW_TOKEN_TTL_HOURS
+            assert check_preview_token(key, subject_of("acme-api-3"), token, time.time() + 3500)
+            # PREVIEW_TOKEN_TTL_HOURS
+            assert not check_preview_token(key, subject_of("acme-api-3"), token, time.time() + 3700)
             with httpx.Client(timeout=10) as reviewer:
                 first = reviewer.get(f"{three}items?keep=1&preview_token={token}")
                 assert first.status_code == 302 and first.headers["location"] == "/acme-api/pr-3/items?keep=1"
@@ -240,7 +257,7 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
             assert wrong.status_code == 401 and "expired or is not for this preview" in wrong.text
             assert "set-cookie" not in wrong.headers
             # an expired token opens nothing, as a link or as a cookie
-            expired = sign_preview_token(key, "acme-api-3", int(time.time()) - 1)
+            expired = sign_preview_token(key, subject_of("acme-api-3"), int(time.time()) - 1)
             assert httpx.get(f"{three}?preview_token={expired}", timeout=10).status_code == 401
             assert httpx.get(three, cookies={"preview_access": expired}, timeout=10).status_code == 401
             # health checks probe the app's own port: never asked for anything

@@ -16,7 +16,7 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import FlagUnseen, Proxy, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from tests.support.live import wait_until
-from tests.support.nginx import Nginx
+from tests.support.nginx import Nginx, subject_of
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def upstream() -> Iterator[int]:
 
 def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: int) -> None:
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
-    proxy.install("acme-api", 3, "acme-api-3", upstream, None)
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None, subject=subject_of("acme-api-3"))
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
     nginx.wait_settled()
     echoed = httpx.get(f"{nginx.url}/acme-api/pr-3/items?y=1", headers={"Connection": "Upgrade",
@@ -66,16 +66,16 @@ def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: in
 
 def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int) -> None:
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
-    proxy.install("acme-api", 3, "acme-api-3", upstream, None)
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None, subject=subject_of("acme-api-3"))
     wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
     nginx.wait_settled()
     before = proxy.path("acme-api", 3).read_text()
     (nginx.routes / "zz-broken.conf").write_text("this is not nginx config;\n")
     with pytest.raises(ProxyError):
-        proxy.install("acme-api", 3, "acme-api-3", upstream + 1, None)
+        proxy.install("acme-api", 3, "acme-api-3", upstream + 1, None, subject=subject_of("acme-api-3"))
     assert proxy.path("acme-api", 3).read_text() == before
     with pytest.raises(ProxyError):
-        proxy.install("acme-api", 4, "acme-api-4", upstream, None)
+        proxy.install("acme-api", 4, "acme-api-4", upstream, None, subject=subject_of("acme-api-4"))
     assert not proxy.path("acme-api", 4).exists()
     (nginx.routes / "zz-broken.conf").unlink()
     assert httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200  # the running config was never broken
@@ -86,12 +86,15 @@ def test_an_unchanged_served_route_is_not_reloaded(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
     proxy = Proxy(tmp_path / "routes", f"sh -c 'echo test >> {trace}'", f"sh -c 'echo reload >> {trace}'",
                   HostEnv.for_state_dir(tmp_path))
-    proxy.install("acme-api", 3, "acme-api-3", 8003, None)
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None, subject=subject_of("acme-api-3"))
     assert trace.read_text() == "test\nreload\n"
-    proxy.install("acme-api", 3, "acme-api-3", 8003, None, served=True)  # an update, same port
+    # an update, same port
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None, served=True, subject=subject_of("acme-api-3"))
     assert trace.read_text() == "test\nreload\n"
-    proxy.install("acme-api", 3, "acme-api-3", 8003, None)  # not known to be served: reloaded anyway
-    proxy.install("acme-api", 3, "acme-api-3", 8004, None, served=True)  # changed: reloaded
+    # not known to be served: reloaded anyway
+    proxy.install("acme-api", 3, "acme-api-3", 8003, None, subject=subject_of("acme-api-3"))
+    # changed: reloaded
+    proxy.install("acme-api", 3, "acme-api-3", 8004, None, served=True, subject=subject_of("acme-api-3"))
     assert trace.read_text() == "test\nreload\n" * 3
 
 
@@ -131,7 +134,7 @@ def test_redirects_and_cookies_of_an_app_that_ignores_the_prefix_stay_under_it(n
     public = f"127.0.0.1:{nginx.port}"
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
                   public_host=public, listen_port=nginx.port)
-    proxy.install("acme-api", 3, "acme-api-3", login_app, None)
+    proxy.install("acme-api", 3, "acme-api-3", login_app, None, subject=subject_of("acme-api-3"))
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
     root = httpx.get(f"{nginx.url}/acme-api/pr-3/")
     # Absolute, with the host the browser asked for (nginx would otherwise put its own server name there).
@@ -177,7 +180,8 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
                   listen_port=nginx.port)
     assert proxy.flags_usable()
-    proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True)  # while the app builds
+    # while the app builds
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True, subject=subject_of("acme-api-3"))
     # Seen loaded, as the deploy sees it while the app builds (nginx applies a reload a moment after the command).
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60), closed=True)
     closed = httpx.get(f"{nginx.url}/acme-api/pr-3/")
@@ -198,7 +202,7 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
     proxy.stop_using_flags()
     restarted = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
     assert not restarted.flags_usable()
-    assert "if (!-f" not in restarted.route("acme-api", 5, "acme-api-5", upstream)
+    assert "if (!-f" not in restarted.route("acme-api", 5, "acme-api-5", upstream, subject=subject_of("acme-api-5"))
 
 
 def test_the_served_check_waits_out_the_old_workers_of_a_reload(open_nginx: Nginx, upstream: int) -> None:
@@ -206,7 +210,7 @@ def test_the_served_check_waits_out_the_old_workers_of_a_reload(open_nginx: Ngin
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
                   listen_port=nginx.port)
     for pr in range(1, 6):  # nginx keeps its old workers 0.1 s after a reload: none answers after `served`
-        proxy.install("acme-api", pr, f"acme-api-{pr}", upstream, None)
+        proxy.install("acme-api", pr, f"acme-api-{pr}", upstream, None, subject=subject_of(f"acme-api-{pr}"))
         proxy.wait_served("acme-api", pr, f"acme-api-{pr}", None, FlowControl(60))
         answers = [httpx.get(f"{nginx.url}/acme-api/pr-{pr}/").status_code for _ in range(20)]
         assert answers == [200] * 20, (pr, answers)
@@ -218,14 +222,16 @@ def test_routes_carry_no_flag_where_nginx_s_workers_cannot_look(nginx: Nginx, up
                   listen_port=nginx.port)
     assert not proxy.flags_usable()
     with pytest.raises(ProxyError, match="cannot be loaded closed"):
-        proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True)
-    proxy.install("acme-api", 3, "acme-api-3", upstream, None)  # opens with the reload, as before flags
+        proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True, subject=subject_of("acme-api-3"))
+    # opens with the reload, as before flags
+    proxy.install("acme-api", 3, "acme-api-3", upstream, None, subject=subject_of("acme-api-3"))
     assert "if (!-f" not in proxy.path("acme-api", 3).read_text()
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
     # Where the look at the directories is fooled (an ACL, a security module), the served check tells.
     fooled = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
                    listen_port=nginx.port)
     fooled._flags = True  # noqa: SLF001 - what flags_usable would say on such a host
-    fooled.install("acme-api", 4, "acme-api-4", upstream, None)  # opened, loaded: nginx cannot see the flag
+    # opened, loaded: nginx cannot see the flag
+    fooled.install("acme-api", 4, "acme-api-4", upstream, None, subject=subject_of("acme-api-4"))
     with pytest.raises(FlagUnseen, match="cannot look at"):
         fooled.wait_served("acme-api", 4, "acme-api-4", None, FlowControl(60))

@@ -81,8 +81,11 @@ def test_framework_and_database_render_valid_compose(host: PluginHost, tmp_path:
     for service in config["services"].values():
         assert service["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
         resources = service["deploy"]["resources"]
-        assert resources["limits"] == {"cpus": 0.5, "memory": "536870912"}
+        assert resources["limits"] == {"cpus": 0.5, "memory": "536870912", "pids": 1024}
         assert resources["reservations"] == {"cpus": 0.25, "memory": "268435456"}
+        # bounds no service can lift (docs/security.md): logs kept to 3 x 10 MB, no raw sockets
+        assert service["logging"] == {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
+        assert service["cap_drop"] == ["NET_RAW"]
     assert config["networks"]["default"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
     assert config["volumes"]["db-data"]["labels"][DEPLOYMENT_LABEL] == "acme-shop-api-7"
 

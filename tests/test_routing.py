@@ -27,7 +27,7 @@ from orchestrator.settings import SettingsError, load_settings, preview_host_lab
 from tests.support.browser import chromium
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port
-from tests.support.nginx import Nginx
+from tests.support.nginx import Nginx, subject_of
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 DOMAIN = "preview.test"
@@ -190,7 +190,7 @@ def nginx(tmp_path: Path) -> Iterator[Nginx]:
 def test_path_routes_bring_every_redirect_to_the_app_s_root_back_under_the_prefix(nginx: Nginx, app: int) -> None:
     public = f"127.0.0.1:{nginx.port}"
     proxy = make_proxy(nginx)
-    proxy.install("acme-api", 3, "acme-api-3", app, None)
+    proxy.install("acme-api", 3, "acme-api-3", app, None, subject=subject_of("acme-api-3"))
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
     base = f"{nginx.url}/acme-api/pr-3"
 
@@ -220,7 +220,7 @@ def test_the_route_probe_fails_with_the_last_status_when_nginx_does_not_serve_th
     proxy = Proxy(nginx.routes, nginx.test_command, "true", HostEnv.for_state_dir(nginx.routes),
                   public_host=f"127.0.0.1:{nginx.port}", listen_port=nginx.port)
     with serve_app() as port:
-        proxy.install("acme-api", 5, "acme-api-5", port, None)
+        proxy.install("acme-api", 5, "acme-api-5", port, None, subject=subject_of("acme-api-5"))
         with pytest.raises(ProxyError, match=r"Nginx route not served after 1s: .*/acme-api/pr-5/ .*answered 404 "
                                              r"without the preview's X-Preview-Deployment"):
             proxy.wait_served("acme-api", 5, "acme-api-5", None, FlowControl(60), timeout=1)
@@ -249,7 +249,7 @@ def nginx_all(tmp_path: Path) -> Iterator[Nginx]:
 def test_host_routing_gives_each_preview_a_server_of_its_own(nginx_all: Nginx, app: int) -> None:
     nginx = nginx_all
     proxy = make_proxy(nginx, Routing(mode="host", domain=DOMAIN))
-    proxy.install("acme-api", 3, "acme-api-3", app, None)
+    proxy.install("acme-api", 3, "acme-api-3", app, None, subject=subject_of("acme-api-3"))
     assert proxy.path("acme-api", 3) == nginx.routes / "servers" / "acme-api-pr-3.conf"
     assert not (nginx.routes / "acme-api-pr-3.conf").exists()
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
@@ -266,7 +266,7 @@ def test_host_routing_gives_each_preview_a_server_of_its_own(nginx_all: Nginx, a
     assert httpx.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 404
     # switching back to path routing replaces the server by a location
     path_proxy = make_proxy(nginx)
-    path_proxy.install("acme-api", 3, "acme-api-3", app, None)
+    path_proxy.install("acme-api", 3, "acme-api-3", app, None, subject=subject_of("acme-api-3"))
     assert not proxy.path("acme-api", 3).exists() and path_proxy.path("acme-api", 3).exists()
     path_proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
     path_proxy.remove("acme-api", 3, None)
@@ -281,7 +281,7 @@ def test_host_routing_with_a_wildcard_certificate_serves_https_and_redirects_htt
     proxy = make_proxy(nginx, Routing(mode="host", domain=DOMAIN, tls_cert=cert, tls_key=key, tls_port=tls_port))
     long_slug = "codertocat-" + "a-really-long-repository-name" * 3
     label = preview_host_label(long_slug, 8)
-    proxy.install(long_slug, 8, f"{long_slug}-8", app, None)
+    proxy.install(long_slug, 8, f"{long_slug}-8", app, None, subject=subject_of(f"{long_slug}-8"))
     proxy.wait_served(long_slug, 8, f"{long_slug}-8", None, FlowControl(60))
     host = f"{label}.{DOMAIN}"
     page = get_via(host, f"https://127.0.0.1:{tls_port}/x", cafile=cert)  # the certificate is checked for host

@@ -270,7 +270,8 @@ class WakingHandler:
         self.app = ThreadingHTTPServer(("127.0.0.1", self.app_port), EchoApp)
         threading.Thread(target=self.app.serve_forever, daemon=True).start()
         self.store.update(lambda data: data.deployments.update({event.deployment_id: data.deployments[
-            event.deployment_id].model_copy(update={"status": "running", "sleptAt": None})}))
+            event.deployment_id].model_copy(update={"status": "running", "sleptAt": None,
+                                           "wokeAt": datetime.now(UTC)})}))
 
     def stop_app(self) -> None:
         if self.app is not None:
@@ -338,7 +339,7 @@ def sleeping_preview(settings: Settings, nginx: Nginx, app_port: int) -> tuple[D
         data.portAllocations["acme-api-3"] = PortAllocation(exposedAppPort=app_port, exposedDbPort=9003)
 
     store.update(put)
-    proxy.install("acme-api", 3, "acme-api-3", app_port, None)
+    proxy.install("acme-api", 3, "acme-api-3", app_port, None, subject=asleep.subject)
     nginx.wait_settled()
     return store, proxy
 
@@ -376,7 +377,7 @@ def test_concurrent_requests_to_a_sleeping_preview_share_one_wake_and_get_the_ap
             # the wake endpoint answers nginx's wake location only: no key, no wake
             service = f"http://127.0.0.1:{settings.orchestrator_port}/api/preview-wake/acme-api-3"
             assert httpx.get(service, timeout=10).status_code == 403
-            assert httpx.get(service, headers={"X-Preview-Wake-Key": wake_key(b"guess", "acme-api-3")},
+            assert httpx.get(service, headers={"X-Preview-Wake-Key": wake_key(b"guess", record().subject)},
                              timeout=10).status_code == 403
             # a client cannot reach the route's internal location of the app
             assert httpx.get(f"{nginx.url}/.preview-orchestrator/app/acme-api-3/", timeout=10).status_code == 404
@@ -462,7 +463,7 @@ def test_protection_asks_for_credentials_before_a_request_can_wake_a_preview(
             if protection == "basic":
                 page = reviewer.get(url, auth=("alice", PASSWORD))
             else:  # the comment's link sets the cookie, then the page
-                page = reviewer.get(proxy.reviewer_link(url, "acme-api-3"), follow_redirects=True)
+                page = reviewer.get(proxy.reviewer_link(url, record().subject), follow_redirects=True)
             assert page.status_code == 200 and page.text == "app: GET /"
             assert handler.wakes == 1
     finally:

@@ -16,6 +16,7 @@ from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefu
 from orchestrator.runtime.swarm_tasks import task_problem
 from orchestrator.settings import SettingsError
 from tests.conftest import SettingsFactory
+from tests.support.nginx import subject_of
 
 DEP = "acme-api-3"
 LABEL = {"dev.preview-orchestrator.deployment": DEP}
@@ -193,6 +194,6 @@ def test_the_route_proxies_to_the_host_the_runtime_names(tmp_path: Path) -> None
     from orchestrator.adapters.nginx import Proxy
 
     proxy = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path))
-    assert "proxy_pass http://127.0.0.1:8003/;" in proxy.route("acme-api", 3, DEP, 8003)
-    proxy.install("acme-api", 3, DEP, 8003, None, host="10.1.0.12")
+    assert "proxy_pass http://127.0.0.1:8003/;" in proxy.route("acme-api", 3, DEP, 8003, subject=subject_of(DEP))
+    proxy.install("acme-api", 3, DEP, 8003, None, host="10.1.0.12", subject=subject_of(DEP))
     assert "proxy_pass http://10.1.0.12:8003/;" in proxy.path("acme-api", 3).read_text()

@@ -74,14 +74,23 @@ HOST_LOCATION = """    location / {{
 {proxied}{sleep}    }}
 """
 
-PROXIED = """    proxy_http_version 1.1;
+# Every location that proxies to an app: the app is the pull request's, and nginx honours `X-Accel-*` headers of
+# any upstream — an app answering `X-Accel-Redirect: <another preview's internal location>` would have nginx serve
+# that preview past its protection (docs/security.md, "Between previews"). Only the service's own wake answer may
+# hand a request back, and the wake location is the only one that proxies to the service and honours it.
+APP_HEADER_RULE = ("proxy_ignore_headers X-Accel-Redirect X-Accel-Expires X-Accel-Limit-Rate X-Accel-Buffering "
+                   "X-Accel-Charset;")
+
+PROXIED = f"""    {APP_HEADER_RULE}
+    proxy_hide_header X-Accel-Redirect;
+    proxy_http_version 1.1;
     proxy_set_header Host $host;
     proxy_set_header X-Real-IP $remote_addr;
     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
     proxy_set_header X-Forwarded-Proto $scheme;
     proxy_set_header X-Forwarded-Host $http_host;
     # Tells a response of this preview from nginx's own pages (the deploy waits for it before `running`).
-    add_header X-Preview-Deployment {deployment_id} always;
+    add_header X-Preview-Deployment {{deployment_id}} always;
     proxy_set_header Upgrade $http_upgrade;
     proxy_set_header Connection $http_connection;
     proxy_read_timeout 300s;
@@ -148,7 +157,9 @@ SLEEP_LINES = """    access_log {activity} combined if=$upstream_addr;
     error_page 502 504 = @preview-wake-{deployment_id};
 """
 
-# The wake location asks the service (GET, no body, no cookies or credentials of the reviewer, the route's key);
+# The wake location asks the service (GET, no body, no cookies or credentials of the reviewer, the route's key,
+# how long ago the request came: the service hands back only a request that found the preview asleep; a running
+# app that closed the connection or timed out gets its 502/504 as it is);
 # the service wakes the app, then answers `X-Accel-Redirect: /.preview-orchestrator/app/{id}/{the request's path
 # under the preview}`, which nginx serves from the app now awake (an internal location: no client reaches it
 # directly), or answers itself (a "waking up" page, a 503 with Retry-After). A named location takes no URI in
@@ -164,6 +175,8 @@ WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
     proxy_set_header X-Preview-Wake-Key {key};
     proxy_set_header X-Original-URI $request_uri;
     proxy_set_header X-Original-Method $request_method;
+    proxy_set_header X-Request-Age $request_time;
+    proxy_set_header X-Original-Status $status;
     proxy_read_timeout 120s;
     add_header X-Preview-Deployment {deployment_id} always;
     add_header Cache-Control no-store always;
@@ -309,8 +322,9 @@ class Proxy:
         return self.routing.users_file or self.config_dir / USERS_FILE
 
     def route(self, slug: str, pr: int, deployment_id: str, port: int, app_host: str = "127.0.0.1",
-              guarded: bool | None = None) -> str:
-        """The route's text; `guarded`: it checks its flag (default: when flags_usable)."""
+              guarded: bool | None = None, *, subject: str) -> str:
+        """The route's text; `guarded`: it checks its flag (default: when flags_usable); `subject`: the preview
+        of its repository (a record's or event's `subject`), which its wake key is signed for."""
         routing = self.routing
         guard, extra = "", ""
         if routing.protection == "basic":
@@ -328,7 +342,7 @@ class Proxy:
             sleep = SLEEP_LINES.format(activity=activity, deployment_id=deployment_id)
             path_mode = routing.mode == "path"
             extra += WAKE_LOCATIONS.format(
-                deployment_id=deployment_id, service=routing.service, key=self._wake_key(deployment_id),
+                deployment_id=deployment_id, service=routing.service, key=self._wake_key(subject),
                 activity=activity, app_host=app_host, port=port, proxied=proxied,
                 woken=WOKEN_PREFIX + deployment_id,
                 app_extra=WAKE_PATH_LINES.format(slug=slug, pr=pr, port=port, public_name=public_name)
@@ -352,19 +366,20 @@ class Proxy:
                                     tls=TLS_LINES.format(cert=routing.tls_cert, key=routing.tls_key))
         return HEADER.format(deployment_id=deployment_id) + plain + secure
 
-    def reviewer_link(self, url: str, deployment_id: str, now: float | None = None) -> str:
+    def reviewer_link(self, url: str, subject: str, now: float | None = None) -> str:
         """The link of the ready comment: the preview's URL, with PREVIEW_PROTECTION=token a signed token that
-        opens this preview only, until PREVIEW_TOKEN_TTL_HOURS from now. The record keeps the clean URL."""
+        opens this preview of this repository only (`subject`), until PREVIEW_TOKEN_TTL_HOURS from now. The record
+        keeps the clean URL."""
         if self.routing.protection != "token" or self.routing.token_key is None:
             return url
         key = read_or_create(self.routing.token_key, random_key)
         expires = int((time.time() if now is None else now) + self.routing.token_ttl_hours * 3600)
-        return f"{url}?{TOKEN_PARAMETER}={sign_preview_token(key, deployment_id, expires)}"
+        return f"{url}?{TOKEN_PARAMETER}={sign_preview_token(key, subject, expires)}"
 
-    def _wake_key(self, deployment_id: str) -> str:
+    def _wake_key(self, subject: str) -> str:
         if self.routing.wake_key is None:
             raise ProxyError("no wake key file configured (Routing.wake_key)")
-        return wake_key(read_or_create(self.routing.wake_key, random_key), deployment_id)
+        return wake_key(read_or_create(self.routing.wake_key, random_key), subject)
 
     def activity_path(self, slug: str, pr: int) -> Path:
         """The preview's activity file: nginx logs each request that reaches the app to it (with sleep)."""
@@ -539,7 +554,7 @@ class Proxy:
                     pause = min(pause * 1.25, 0.5)
 
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
-                served: bool = False, host: str = "127.0.0.1", closed: bool = False) -> None:
+                served: bool = False, host: str = "127.0.0.1", closed: bool = False, *, subject: str) -> None:
         """Write the route, test the whole config, reload; restore the previous file if the test fails.
 
         `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
@@ -557,7 +572,7 @@ class Proxy:
         path, other = self.path(slug, pr), self._other_path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
         left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
-        wanted = self.route(slug, pr, deployment_id, port, host, guarded)
+        wanted = self.route(slug, pr, deployment_id, port, host, guarded, subject=subject)
         self.write_users_file()
         if self.routing.sleep:
             self._create_activity(slug, pr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 # GitHub's own rules: owners are alphanumerics and single hyphens, repositories add `.` and `_`.
@@ -24,6 +25,29 @@ def project_slug(owner: str, repo: str) -> str:
         raise ValueError(f"repository {owner}/{repo} has a name the service cannot use")
     slug = f"{owner}-{repo}".lower().replace(".", "-").replace("_", "-")
     return re.sub(r"-{2,}", "-", slug).strip("-")
+
+
+# The code host of every pull request until code hosts are plugins; with `local` (`preview-orchestrator up`), the
+# first part of a repository's identity.
+CODEHOST = "github"
+
+
+def repository_identity(host: str, owner: str, repo: str) -> str:
+    """`{host}/{owner}/{repo}` in lower case: what tells two repositories apart where their slugs do not
+    (`acme/web-app` and `acme-web/app` share `acme-web-app`). Everything keyed by a preview's identity (mirrors,
+    build caches, tokens, wake keys) is keyed by this and the pull request, never by the slug alone."""
+    return f"{host}/{owner}/{repo}".lower()
+
+
+def preview_subject(repository: str, deployment_id: str) -> str:
+    """One preview of one repository: what its tokens and wake key are signed for."""
+    return f"{repository}#{deployment_id}"
+
+
+def mirror_name(slug: str, repository: str) -> str:
+    """The git mirror of a repository: its slug for the operator's eye, and a digest of its identity so that
+    two repositories sharing a slug never share a mirror."""
+    return f"{slug}-{hashlib.sha256(repository.encode()).hexdigest()[:12]}"
 
 
 def deployment_id(slug: str, pr_number: int) -> str:

@@ -38,6 +38,14 @@ CREATE TABLE IF NOT EXISTS events (
     finished_at   TEXT
 );
 CREATE INDEX IF NOT EXISTS events_open ON events (status, deployment_id, seq);
+-- The newest `updated_at` of a pull request among the events accepted for it, kept after its preview is gone:
+-- a replayed `opened` of a closed pull request is as stale as a replayed `synchronize`.
+CREATE TABLE IF NOT EXISTS pull_request_clock (
+    repository TEXT NOT NULL,
+    pr_number  INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (repository, pr_number)
+);
 """
 
 
@@ -58,6 +66,7 @@ class DeploymentTaken(Exception):
 class Accepted:
     seq: int
     duplicate: bool
+    stale: bool = False  # older than an event already accepted for the pull request: not stored (seq 0)
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,8 @@ class Inbox:
             self._db.close()
 
     def accept(self, event: PullRequestEvent) -> Accepted:
-        """Store `event` durably; a delivery id seen before is reported as a duplicate and not stored."""
+        """Store `event` durably; a delivery id seen before is reported as a duplicate, and an event whose pull
+        request's `updated_at` is older than that of one already accepted for it as stale; neither is stored."""
         with self._lock, self._transaction():
             row = self._db.execute(
                 "SELECT seq FROM events WHERE delivery_id = ?", (event.delivery_id,)
@@ -98,6 +108,8 @@ class Inbox:
             if row:
                 return Accepted(seq=row[0], duplicate=True)
             self._check_owner(event)
+            if self._stale(event):
+                return Accepted(seq=0, duplicate=False, stale=True)
             if event.action == "synchronize":
                 self._finish_pending(event.deployment_id, ("synchronize",), "superseded")
             elif event.action == "closed":
@@ -196,6 +208,21 @@ class Inbox:
             other = PullRequestEvent.model_validate_json(event_json)
             if owner(other) != owner(event):
                 raise DeploymentTaken(other.repo_owner, other.repo_name)
+
+    def _stale(self, event: PullRequestEvent) -> bool:
+        """Whether the pull request has changed since `event` was sent (an event that says nothing of when is
+        never stale); otherwise its time becomes the pull request's, in the same transaction as the insert."""
+        if event.pr_updated_at is None:
+            return False
+        when = event.pr_updated_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        row = self._db.execute("SELECT updated_at FROM pull_request_clock WHERE repository = ? AND pr_number = ?",
+                               (event.repository, event.pr_number)).fetchone()
+        if row is not None and row[0] > when:  # UTC, one fixed format: text order is time order
+            return True
+        self._db.execute("INSERT INTO pull_request_clock (repository, pr_number, updated_at) VALUES (?, ?, ?) "
+                         "ON CONFLICT (repository, pr_number) DO UPDATE SET updated_at = excluded.updated_at",
+                         (event.repository, event.pr_number, when))
+        return False
 
     def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:
         query = "UPDATE events SET status = ?, finished_at = ? WHERE status = 'pending' AND deployment_id = ?"

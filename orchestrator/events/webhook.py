@@ -161,4 +161,5 @@ def _event(payload: WebhookPayload, delivery_id: str) -> PullRequestEvent:
         head_repo_full_name=head_repo.full_name if head_repo else None,
         base_ref=pr.base.ref,
         received_at=datetime.now(UTC),
+        pr_updated_at=pr.updated_at,
     )

@@ -17,6 +17,7 @@ from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.naming import mirror_name
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
@@ -119,7 +120,7 @@ class BuildSteps:
             return False  # it could not be loaded closed (the log of the service says why once)
         try:
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
-                                 served=route_served, host=host, closed=not route_served)
+                                 served=route_served, host=host, closed=not route_served, subject=event.subject)
         except Exception as exc:  # noqa: BLE001 - the route step writes it and says why it fails
             target.log.note(f"route not loaded while building ({exc}); written after the health check")
             return False
@@ -163,7 +164,7 @@ class BuildSteps:
         try:
             host, port = app_address(self.c.runtime, event.deployment_id, record.exposedAppPort)
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
-                                 served=route_served, host=host)
+                                 served=route_served, host=host, subject=event.subject)
         except RuntimeFailure as exc:
             raise StepFailed(exc.message, exc.detail) from None
         except (ProxyError, OSError) as exc:
@@ -191,7 +192,8 @@ class BuildSteps:
                 remove_tree(target.git_dir)
                 target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
                 git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
-                          target.log, control, local=event.local, mirror=event.project_slug)
+                          target.log, control, local=event.local,
+                          mirror=mirror_name(event.project_slug, event.repository))
             for private in (target.work_dir, target.git_dir):
                 private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
         except CloneRefused as exc:
@@ -228,7 +230,7 @@ class BuildSteps:
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
                                record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
-                               self.c.settings.build_cache_mounts)
+                               self.c.settings.build_cache_mounts, repository=event.repository)
         try:
             rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
         except ConfigError as exc:

@@ -104,7 +104,7 @@ class SleepFlow:
             raise FlowError(f"Sleep failed: {exc.message}") from None
         self.c.metrics.sleeps.labels("success").inc()
         log.info("sleeping", extra={"deploymentId": event.deployment_id})
-        link = self.c.proxy.reviewer_link(record.url, event.deployment_id)
+        link = self.c.proxy.reviewer_link(record.url, record.subject)
         self.reporter.comment(event, record.commentId, comments.sleeping(link, record.commitSha, idle_minutes))
 
     def wake(self, event: PullRequestEvent, control: FlowControl) -> None:
@@ -125,13 +125,14 @@ class SleepFlow:
             self._fail(event, record, target, exc, time.monotonic() - started)
             raise FlowError(exc.message) from None
         seconds = time.monotonic() - started
-        set_fields(self.c.store, event.deployment_id, touch=False, status="running", sleptAt=None, error=None)
+        set_fields(self.c.store, event.deployment_id, touch=False, status="running", sleptAt=None, error=None,
+                   wokeAt=datetime.now(UTC))
         self.c.proxy.mark_activity(record.projectSlug, record.prNumber)  # the request that woke it
         target.log.note(f"awake after {seconds:.2f}s")
         self.c.metrics.wakes.labels("success").inc()
         self.c.metrics.wake_seconds.labels("success").observe(seconds)
         log.info("woken up in %.2fs", seconds, extra={"deploymentId": event.deployment_id})
-        link = self.c.proxy.reviewer_link(record.url, event.deployment_id)
+        link = self.c.proxy.reviewer_link(record.url, record.subject)
         self.reporter.comment(event, record.commentId, comments.awake(link, record.commitSha, seconds))
 
     def _start(self, record: DeploymentRecord, target: Target, control: FlowControl) -> None:

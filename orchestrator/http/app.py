@@ -115,7 +115,7 @@ def create_app(
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
     # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
-    access = PreviewAccess(settings)
+    access = PreviewAccess(settings, store)
     app.add_route("/api/preview-access/{deployment_id}", PreviewAccessResource(access))
     app.add_route("/api/preview-access/{deployment_id}/token", PreviewTokenResource(access))
     # Sleep (PREVIEW_IDLE_MINUTES): a route's wake location asks this when its sleeping app did not answer.

@@ -62,6 +62,7 @@ class RenderContext(BaseModel):
     project_slug: str
     pr_number: int
     deployment_id: str
+    repository: str = Field(description="host/owner/name in lower case: tells repositories apart that share a slug")
     app_host_port: int
     db_host_port: int
     db_password: str = Field(description="Stable per deployment, never shared between pull requests")
@@ -88,7 +89,7 @@ class RenderContext(BaseModel):
         when rendering without the key (`preview-orchestrator render`)."""
         if self.secret_key is None:
             return b"<secret>".ljust(length, b"-")[:length]
-        return self._keyed(f"{self.deployment_id}:{purpose}").digest()[:length]
+        return self._keyed(f"{self.repository}#{self.deployment_id}:{purpose}").digest()[:length]
 
     def _keyed(self, message: str) -> hmac.HMAC:
         assert self.secret_key is not None
@@ -110,8 +111,9 @@ class RenderContext(BaseModel):
             return ""
         if not NAME_PATTERN.fullmatch(name) or not _CACHE_TARGET.fullmatch(target):
             raise ValueError(f"cache mount {name!r} at {target!r}: a lower-case name and an absolute path")
-        # the repository's exact name: two repositories can share a slug (`a/b.c`, `a/b-c`)
-        digest = self._keyed(f"{self.owner}/{self.repo}".lower() + f":cache:{name}").hexdigest()[:32]
+        # the repository's identity: two repositories can share a slug (`a/b.c`, `a/b-c`), or an owner's name
+        # (a code host's `local` and `preview-orchestrator up`'s)
+        digest = self._keyed(f"{self.repository}:cache:{name}").hexdigest()[:32]
         return f"--mount=type=cache,id={CACHE_ID_PREFIX}{digest},target={target} "
 
 

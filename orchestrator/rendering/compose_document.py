@@ -25,6 +25,13 @@ RESOURCES = {
     "limits": {"cpus": "0.5", "memory": "512M"},
     "reservations": {"cpus": "0.25", "memory": "256M"},
 }
+# Bounds a repository cannot lift (docs/security.md, "Between previews"): processes and threads per container (a
+# fork bomb stops there), container logs kept by Docker (a log flood stops there), and no raw sockets (a
+# preview cannot forge packets on Docker's bridge). A file's own pids_limit may only be lower; compose_policy
+# refuses ulimits other than ALLOWED_ULIMITS.
+PIDS_LIMIT = 1024
+LOG_OPTIONS = {"max-size": "10m", "max-file": "3"}
+DROPPED_CAPABILITIES = ("NET_RAW",)
 
 
 
@@ -74,8 +81,7 @@ def apply_common(compose: dict[str, Any], context: RenderContext) -> None:
         if isinstance(existing, list):
             existing = dict(item.split("=", 1) if "=" in item else (item, "") for item in existing)
         service["labels"] = {**existing, **labels}
-        deploy = service.get("deploy") if isinstance(service.get("deploy"), dict) else {}
-        service["deploy"] = {**deploy, "resources": RESOURCES}
+        apply_bounds(service)
     networks = compose.get("networks") or {}
     networks.setdefault("default", {})
     for name, network in list(networks.items()):
@@ -90,6 +96,23 @@ def apply_common(compose: dict[str, Any], context: RenderContext) -> None:
         volumes[name] = volume
     if volumes:
         compose["volumes"] = volumes
+
+
+def apply_bounds(service: dict[str, Any]) -> None:
+    """The spec's RESOURCES with PIDS_LIMIT (or the service's own lower pids_limit: compose refuses both
+    spellings at once, so the limit is kept in deploy.resources only), bounded logs in Docker's json-file or local
+    driver, and DROPPED_CAPABILITIES added to the service's own cap_drop."""
+    own = service.pop("pids_limit", None)
+    lower = isinstance(own, int) and not isinstance(own, bool) and 0 < own < PIDS_LIMIT
+    deploy = service.get("deploy") if isinstance(service.get("deploy"), dict) else {}
+    service["deploy"] = {**deploy, "resources": {
+        "limits": {**RESOURCES["limits"], "pids": own if lower else PIDS_LIMIT},
+        "reservations": dict(RESOURCES["reservations"])}}
+    driver = (service.get("logging") or {}).get("driver") if isinstance(service.get("logging"), dict) else None
+    service["logging"] = {"driver": driver if driver in ("json-file", "local") else "json-file",
+                          "options": dict(LOG_OPTIONS)}
+    dropped = [str(c) for c in service.get("cap_drop") or [] if isinstance(c, str)]
+    service["cap_drop"] = [*dropped, *(c for c in DROPPED_CAPABILITIES if c not in dropped and "ALL" not in dropped)]
 
 
 def as_dict(labels: Any) -> dict[str, str]:

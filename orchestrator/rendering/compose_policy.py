@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.common.checkout_paths import inside
+from orchestrator.rendering.compose_document import PIDS_LIMIT
 
 DOCKER_SOCKET_HINTS = ("docker.sock", "/var/run/docker", "/run/docker")
 
@@ -25,14 +26,15 @@ TOP_LEVEL = frozenset({"name", "services", "networks", "volumes", "configs", "se
 FREE_OPTIONS = frozenset({
     "annotations", "attach", "cap_drop", "command", "depends_on", "develop", "dns", "dns_opt", "dns_search",
     "domainname", "entrypoint", "environment", "expose", "extra_hosts", "healthcheck", "hostname", "init",
-    "labels", "links", "mac_address", "pids_limit", "platform", "profiles", "pull_policy", "pull_refresh_after",
+    "labels", "links", "mac_address", "platform", "profiles", "pull_policy", "pull_refresh_after",
     "read_only", "restart", "shm_size", "stdin_open", "stop_grace_period", "stop_signal", "tmpfs", "tty",
-    "ulimits", "user", "working_dir",
+    "user", "working_dir",
 })
 # Options a service may use within limits, each checked below on the normalised form.
 CHECKED_OPTIONS = frozenset({
     "build", "image", "volumes", "networks", "ports", "container_name", "deploy", "scale", "logging", "ipc",
     "pid", "network_mode", "security_opt", "configs", "secrets", "env_file", "post_start", "pre_stop",
+    "pids_limit", "ulimits",
 })
 SERVICE_OPTIONS = FREE_OPTIONS | CHECKED_OPTIONS
 
@@ -67,6 +69,11 @@ _LIMITS = ("cpus", "cpu_count", "cpu_percent", "cpu_period", "cpu_quota", "cpu_r
            "cpu_shares", "cpuset", "mem_limit", "mem_reservation", "mem_swappiness", "memswap_limit",
            "blkio_config")
 _REFUSED_BECAUSE.update({name: "the service sets every container's limits (0.5 CPU, 512M)" for name in _LIMITS})
+
+# The ulimits a service may set, each up to a ceiling (soft and hard): the others reach past the container's own
+# limits — rtprio and rttime a real-time thread that escapes the CPU quota, nice a priority above other previews,
+# memlock memory the kernel cannot reclaim.
+ALLOWED_ULIMITS = {"nofile": 1_048_576, "nproc": 65_535, "core": 0, "stack": 64 * 1024 * 1024}
 
 BUILD_OPTIONS = frozenset({"context", "dockerfile", "dockerfile_inline", "args", "target", "labels", "no_cache",
                            "pull", "extra_hosts", "shm_size", "network", "platforms"})
@@ -178,6 +185,7 @@ def _service_problems(name: str, service: dict[str, Any], services: dict[str, An
                 problems.append(f"{kind}: {str(source)[:60]} is not defined in this file")
     problems += _namespace_problems(service, services)
     problems += _deploy_problems(service)
+    problems += _bound_problems(service)
     driver = (service.get("logging") or {}).get("driver")
     if driver not in (None, "json-file", "local"):
         problems.append(f"logging driver {driver} is not allowed (logs stay with Docker)")
@@ -256,6 +264,26 @@ def _deploy_problems(service: dict[str, Any]) -> list[str]:
     for option, count in (("scale", service.get("scale")), ("deploy replicas", deploy.get("replicas"))):
         if count is not None and count != 1:
             problems.append(f"{option} {count} is not allowed (one container per service: the limits apply to each)")
+    return problems
+
+
+def _bound_problems(service: dict[str, Any]) -> list[str]:
+    """pids_limit may only lower PIDS_LIMIT; ulimits only those of ALLOWED_ULIMITS, up to their ceilings."""
+    problems = []
+    limit = service.get("pids_limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= PIDS_LIMIT):
+        problems.append(f"pids_limit {str(limit)[:20]} is not allowed (at most {PIDS_LIMIT}, the service's bound)")
+    ulimits = service.get("ulimits") or {}
+    if not isinstance(ulimits, dict):
+        return [*problems, "ulimits must be a mapping"]
+    for name, value in ulimits.items():
+        ceiling = ALLOWED_ULIMITS.get(str(name))
+        if ceiling is None:
+            problems.append(f"ulimits {str(name)[:30]} is not allowed (only {', '.join(ALLOWED_ULIMITS)} may be set)")
+            continue
+        values = [value.get("soft"), value.get("hard")] if isinstance(value, dict) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ceiling for v in values):
+            problems.append(f"ulimits {name} must be between 0 and {ceiling}")
     return problems
 
 

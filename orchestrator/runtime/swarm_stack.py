@@ -157,6 +157,8 @@ def _deploy(where: str, service: dict[str, Any], pin: dict[str, str], label: dic
     for part in ("limits", "reservations"):
         if part in resources:  # the stack schema wants strings; compose config gives numbers and byte counts
             resources[part] = {key: str(value) for key, value in resources[part].items() if value is not None}
+    if "pids" in resources.get("limits", {}):  # compose config gives a number; the stack schema an integer
+        resources["limits"]["pids"] = int(resources["limits"]["pids"])
     deploy["mode"] = "replicated"
     deploy["replicas"] = 1
     deploy["endpoint_mode"] = "dnsrr"

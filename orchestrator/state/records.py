@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.common.naming import SHA_PATTERN, branch_problem
+from orchestrator.common.naming import CODEHOST, SHA_PATTERN, branch_problem, preview_subject, repository_identity
 
 # `sleeping`: idle for PREVIEW_IDLE_MINUTES, its containers stopped (data, ports and route kept) until the next
 # request through nginx wakes it (docs/routing.md).
@@ -68,6 +68,7 @@ class PullRequest(_Payload):
     number: int = Field(ge=1, le=MAX_PR_NUMBER)
     head: Head
     base: Base
+    updated_at: datetime | None = Field(default=None, description="When the pull request last changed")
 
 
 class Repository(_Payload):
@@ -104,11 +105,24 @@ class PullRequestEvent(BaseModel):
     base_ref: str | None = None
     received_at: datetime
     source: PreviewSource = "codehost"
+    # The pull request's `updated_at` as the delivery says: an event older than one already accepted for the pull
+    # request is stale (a replay, or a delivery overtaken by a newer one) and is not acted on (events/inbox.py).
+    pr_updated_at: datetime | None = None
 
     @property
     def local(self) -> bool:
         """Made by `preview-orchestrator up`: no comment and no deployment status on any code host."""
         return self.source == "local"
+
+    @property
+    def repository(self) -> str:
+        """The repository's identity (common/naming.py): host, owner and name."""
+        return repository_identity("local" if self.local else CODEHOST, self.repo_owner, self.repo_name)
+
+    @property
+    def subject(self) -> str:
+        """This preview of this repository: what its tokens and wake key are signed for."""
+        return preview_subject(self.repository, self.deployment_id)
 
     @property
     def from_fork(self) -> bool:
@@ -169,6 +183,19 @@ class DeploymentRecord(BaseModel):
     sleptAt: datetime | None = Field(
         default=None, description="When the preview went to sleep (status sleeping); null while it is awake"
     )
+    wokeAt: datetime | None = Field(
+        default=None, description="When the preview last woke from sleep; null if it never slept"
+    )
+
+    @property
+    def repository(self) -> str:
+        """The repository's identity (common/naming.py): host, owner and name."""
+        return repository_identity("local" if self.source == "local" else CODEHOST, self.repoOwner, self.repoName)
+
+    @property
+    def subject(self) -> str:
+        """This preview of this repository: what its tokens and wake key are signed for."""
+        return preview_subject(self.repository, self.deploymentId)
 
     def belongs_to(self, event: PullRequestEvent) -> bool:
         """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""

@@ -6,7 +6,7 @@ ENV CGO_ENABLED=0 GOCACHE=/root/.cache/go-build
 COPY go.mod go.sum* ./
 RUN go mod download
 COPY . .
-RUN --mount=type=cache,id=po-cache-3703d6db66b4bc7ae73968a665cb8536,target=/root/.cache/go-build go build -buildvcs=false -trimpath -ldflags="-s -w" -o /out/server .
+RUN --mount=type=cache,id=po-cache-d0c4471cfd56872b52fb40e88961acb7,target=/root/.cache/go-build go build -buildvcs=false -trimpath -ldflags="-s -w" -o /out/server .
 
 FROM debian:bookworm-slim
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from orchestrator.common.naming import preview_subject
 from tests.support.live import free_port
 
 CONFIG = """worker_processes 1;
@@ -102,3 +103,8 @@ class Nginx:
 
     def stop(self) -> None:
         subprocess.run(shlex.split(self.command("-s", "quit")), timeout=30, capture_output=True)
+
+
+def subject_of(deployment_id: str, repository: str = "github/acme/api") -> str:
+    """What a route's wake key and a preview's tokens are signed for: a repository's preview (common/naming.py)."""
+    return preview_subject(repository, deployment_id)

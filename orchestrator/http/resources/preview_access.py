@@ -8,8 +8,10 @@ locations that ask).
   `X-Original-URI`; a valid token sets the cookie, scoped to that preview, and redirects to the same address
   without the token; an invalid or expired one gets a 401 page.
 
-A token is HMAC-SHA256 of the deployment id and its expiry (orchestrator/settings.py), so the token of one
-preview opens no other. Neither endpoint logs a token.
+A token is HMAC-SHA256 of the preview's subject — its repository (host, owner, name) and deployment id — and
+its expiry (orchestrator/settings.py), so the token of one preview opens no other: not another pull request's,
+and not another repository's preview of the same id (`acme/web-app` and `acme-web/app` share a slug). A preview
+without a record opens to no token. Neither endpoint logs a token.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from falcon.asgi import Request, Response
 from orchestrator.common.naming import is_valid_deployment_id
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.settings import ACCESS_COOKIE, TOKEN_PARAMETER, Settings, check_preview_token
+from orchestrator.state.store import DeploymentStore
 
 EXPIRED_PAGE = ("<!doctype html><title>Preview link expired</title><h1>This link has expired or is not for this "
                 "preview</h1><p>Open the preview from the newest link in the pull request's comment; a new push "
@@ -32,8 +35,9 @@ EXPIRED_PAGE = ("<!doctype html><title>Preview link expired</title><h1>This link
 class PreviewAccess:
     """The token key (created on first need, 0600 in the state directory) and the checks both endpoints make."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: DeploymentStore) -> None:
         self._settings = settings
+        self._store = store
         self._key: bytes | None = None
 
     async def key(self) -> bytes:
@@ -47,6 +51,11 @@ class PreviewAccess:
         if not is_valid_deployment_id(deployment_id):
             raise falcon.HTTPBadRequest(description="Invalid deployment id")
         return deployment_id
+
+    async def subject(self, deployment_id: str) -> str | None:
+        """What the preview's tokens are signed for (its record's `subject`); None without a record."""
+        record = (await asyncio.to_thread(self._store.read)).deployments.get(deployment_id)
+        return None if record is None else record.subject
 
     def prefix(self, deployment_id: str) -> str:
         """The path the preview's cookie is scoped to: `/{slug}/pr-{N}/`, or `/` under host routing (the cookie
@@ -63,9 +72,9 @@ class PreviewAccessResource:
 
     async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
         deployment = self._access.deployment(deployment_id)
-        key, now = await self._access.key(), time.time()
-        if not any(check_preview_token(key, deployment, value, now) for value in req.get_cookie_values(ACCESS_COOKIE)
-                   or ()):
+        key, now, subject = await self._access.key(), time.time(), await self._access.subject(deployment)
+        if subject is None or not any(check_preview_token(key, subject, value, now)
+                                      for value in req.get_cookie_values(ACCESS_COOKIE) or ()):
             raise falcon.HTTPUnauthorized(description="No valid access cookie for this preview")
         resp.status = falcon.HTTP_204
         resp.set_header("Cache-Control", "no-store")
@@ -78,9 +87,9 @@ class PreviewTokenResource:
     async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
         deployment = self._access.deployment(deployment_id)
         token = req.get_header("X-Preview-Token") or ""
-        key, now = await self._access.key(), time.time()
+        key, now, subject = await self._access.key(), time.time(), await self._access.subject(deployment)
         resp.set_header("Cache-Control", "no-store")
-        if not check_preview_token(key, deployment, token, now):
+        if subject is None or not check_preview_token(key, subject, token, now):
             resp.status = falcon.HTTP_401
             resp.content_type = falcon.MEDIA_HTML
             resp.text = EXPIRED_PAGE

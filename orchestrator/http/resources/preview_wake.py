@@ -4,13 +4,16 @@
 nginx sends the route's key (`X-Preview-Wake-Key`, settings.wake_key), the request's URI and method, and its
 Accept header; by then the route's protection has let the request through. The answer:
 
-- the preview is running (woken now, or just before by another request): `X-Accel-Redirect` to the route's
+- the preview is running and was asleep when the request came (woken now, or meanwhile by another request):
+  `X-Accel-Redirect` to the route's
   internal location of the app, so nginx serves the same request from the app — for GET and HEAD; other methods
   get a 307 to the same address, which clients repeat with their body (nginx's internal redirect would turn
   them into a GET);
 - sleeping: a `wake` event is queued (or the one already queued for this sleep is joined) and waited for, up to
   BROWSER_WAIT_SECONDS for a browser (Accept: text/html) — then a small "waking up" page that reloads itself —
   or up to CLIENT_WAIT_SECONDS for other clients — then 503 with Retry-After;
+- running since before the request came: the app itself closed the connection or timed out, and the client
+  gets that 502 (or 504) as it is — the request is never handed back, so a POST the app dropped reaches it once;
 - being updated (a push arrived): the same page or 503; failed: 502 with the reason; gone: 404.
 
 Without the route's key: 403, and nothing is woken — the service's port reached some other way must not wake
@@ -22,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from datetime import UTC, datetime, timedelta
 from html import escape
+from urllib.parse import unquote
 
 import falcon
 from falcon.asgi import Request, Response
@@ -43,6 +48,9 @@ CLIENT_WAIT_SECONDS = 60.0  # other clients wait for the app (nginx waits 120 s 
 REFRESH_SECONDS = 1
 KEY_HEADER = "X-Preview-Wake-Key"
 REPLAYED = ("GET", "HEAD")  # methods nginx's internal redirect keeps
+# A request came this long before the wake finished and still counts as one that found the preview asleep: the
+# request's age (nginx's $request_time) has millisecond resolution and the two clocks are read apart.
+AGE_SLACK = timedelta(seconds=0.05)
 
 WAKING_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{refresh}">
@@ -63,17 +71,22 @@ class PreviewWakeResource:
     async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
         if not is_valid_deployment_id(deployment_id):
             raise falcon.HTTPBadRequest(description="Invalid deployment id")
-        if not hmac.compare_digest((req.get_header(KEY_HEADER) or "").encode(),
-                                   wake_key(await self._wake_key(), deployment_id).encode()):
+        record = await self._record(deployment_id)
+        # Signed for the record's repository and id: without a record, or from the route of another repository's
+        # preview of the same id, nothing is woken (and a guess learns nothing: the same answer either way).
+        expected = wake_key(await self._wake_key(), record.subject if record else f"none#{deployment_id}")
+        if record is None or not hmac.compare_digest((req.get_header(KEY_HEADER) or "").encode(), expected.encode()):
             raise falcon.HTTPForbidden(description="Only a preview's route may wake it")
         resp.set_header("Cache-Control", "no-store")
         browser = "text/html" in (req.get_header("Accept") or "")
-        record = await self._record(deployment_id)
+        came = _request_start(req.get_header("X-Request-Age"))
         if record is not None and record.status == "sleeping":
             record = await self._wake(record, BROWSER_WAIT_SECONDS if browser else CLIENT_WAIT_SECONDS)
         if record is None:
             raise falcon.HTTPNotFound(description="No such preview")
-        if record.status == "running":
+        if record.status == "running" and not _found_asleep(record, came):
+            _app_failed(req, resp, record)
+        elif record.status == "running":
             self._hand_back(req, resp, record)
         elif record.status in ("sleeping", "building"):
             self._waiting(resp, record, browser)
@@ -145,6 +158,36 @@ class PreviewWakeResource:
 
 
 def _plain(uri: str) -> bool:
-    """A path of this host (never `//host`), ASCII as a request line is, without characters that end a header."""
+    """A path of this host (never `//host`), ASCII as a request line is, without characters that end a header,
+    and without a `.` or `..` segment, plain or percent-encoded: the path is appended to the route's internal
+    location, and must never climb out of it into another one."""
+    path = unquote(uri.partition("?")[0])
+    segments = path.replace("\\", "/").split("/")
     return (uri.startswith("/") and not uri.startswith("//") and uri.isascii()
-            and not any(c in uri for c in "\\\r\n\0"))
+            and not any(c in uri for c in "\\\r\n\0") and "." not in segments and ".." not in segments)
+
+
+def _request_start(age: str | None) -> datetime | None:
+    """When the request reached nginx (`X-Request-Age`: nginx's $request_time, seconds); None when not told."""
+    try:
+        seconds = float(age or "")
+    except ValueError:
+        return None
+    if not 0 <= seconds < 86_400:
+        return None
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def _found_asleep(record: DeploymentRecord, came: datetime | None) -> bool:
+    """Whether the request came before the preview's last wake finished (it found the app asleep, or being
+    woken). A route written before the request's age was sent tells nothing: then only a wake may hand back."""
+    return record.wokeAt is not None and (came is None or came <= record.wokeAt + AGE_SLACK)
+
+
+def _app_failed(req: Request, resp: Response, record: DeploymentRecord) -> None:
+    """The running app closed the connection or did not answer in time: nginx's own error, as it is."""
+    timed_out = req.get_header("X-Original-Status") == "504"
+    resp.status = falcon.HTTP_504 if timed_out else falcon.HTTP_502
+    resp.content_type = falcon.MEDIA_TEXT
+    what = "did not answer in time" if timed_out else "closed the connection without an answer"
+    resp.text = f"Preview {record.deploymentId}: the app {what}\n"

@@ -88,6 +88,14 @@ class WebhookResource:
             resp.context["outcome"] = "duplicate"
             resp.media = OK
             return
+        if accepted.stale:
+            # A replay, or a delivery overtaken by a newer one: acting on it would deploy an old commit or remove
+            # a preview its pull request has since reopened.
+            log.warning("delivery %s is older than the pull request's last event (updated_at %s); not processed",
+                        parsed.delivery_id, parsed.pr_updated_at, extra=extra)
+            resp.context["outcome"] = "stale"
+            resp.media = OK
+            return
         log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
         if parsed.action == "closed":
             self._dispatcher.cancel(parsed.deployment_id, "the pull request was closed")
