@@ -342,3 +342,18 @@ def test_resource_bounds_a_repository_cannot_lift(tmp_path: Path, service: dict,
     fine = {"services": {"app": {"image": "x", "pids_limit": 200, "ulimits": {"nofile": {"soft": 1024,
                                                                                           "hard": 65536}}}}}
     assert normalized_problems(fine, tmp_path, "acme-api-3", "compose.preview.yml") == []
+
+
+# Same origin under path routing -----------------------------------------------------------------------------------
+
+
+def test_doctor_and_start_up_say_that_path_routing_shares_one_origin(make_settings: SettingsFactory) -> None:
+    from orchestrator.cli.doctor import _origins
+
+    shared = _origins(make_settings(preview_protection="token"))
+    assert not shared.ok and not shared.hard  # a warning at start-up, not a refusal
+    assert "one preview's JavaScript can open the others" in shared.line() and "PREVIEW_ROUTING=host" in shared.line()
+    assert _origins(make_settings(preview_protection="basic", preview_protection_users="a:b")).ok is False
+    assert _origins(make_settings()).ok  # nothing to steal without protection
+    assert _origins(make_settings(preview_routing="host", preview_domain="preview.test",
+                                  preview_protection="token")).ok

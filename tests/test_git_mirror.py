@@ -87,3 +87,18 @@ def test_a_broken_mirror_is_removed_the_clone_still_works_and_the_next_one_rebui
     assert f"-- {repo.clone_url} {tmp_path / 'pr-2'}" in log.path.read_text()  # straight from the repository
     clone(git_tool, repo, repo.sha_b, tmp_path / "pr-3")
     assert has_object(mirror, repo.sha_b)  # rebuilt
+
+
+def test_mirrors_of_the_old_layout_are_removed_keyed_ones_kept(tmp_path: Path) -> None:
+    from orchestrator.common.naming import mirror_name, repository_identity
+
+    repo = make_pr_repo(tmp_path / "repos", "python", "feature/one")
+    git_tool = tool(tmp_path)
+    keyed = mirror_name("acme-web-app", repository_identity("github", "acme", "web-app"))
+    clone(git_tool, repo, repo.sha_a, tmp_path / "pr-1", name=keyed)
+    clone(git_tool, repo, repo.sha_a, tmp_path / "pr-2", name="acme-web-app")  # as before: keyed by slug alone
+    mirrors = tmp_path / "state" / "mirrors"
+    assert (mirrors / "acme-web-app.git").is_dir() and (mirrors / f"{keyed}.git").is_dir()
+    assert git_tool.remove_unkeyed_mirrors() == ["acme-web-app.git"]
+    assert not (mirrors / "acme-web-app.git").exists() and has_object(mirrors / f"{keyed}.git", repo.sha_a)
+    assert git_tool.remove_unkeyed_mirrors() == []

@@ -86,6 +86,10 @@ class Git:
     def has_checkout(work_dir: Path, git_dir: Path) -> bool:
         return work_dir.is_dir() and (git_dir / "HEAD").is_file()
 
+    def remove_unkeyed_mirrors(self) -> list[str]:
+        """Mirrors of the old layout, shared by repositories of one slug (git_mirror.Mirrors.remove_unkeyed)."""
+        return self._mirrors.remove_unkeyed() if self._mirrors else []
+
     def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
               control: FlowControl | None = None, local: bool = False, mirror: str | None = None) -> None:
         """`local`: `clone_url` is a directory of this host given by its operator (`preview-orchestrator up`),

@@ -63,7 +63,7 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _writable("state directory", settings.state_dir, "DEPLOYMENTS_DB"),
         lambda: _writable("work directory", settings.deployments_dir, "DEPLOYMENTS_DIR"),
         lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
-        lambda: _allowed_repos(settings), lambda: _codehost(settings),
+        lambda: _allowed_repos(settings), lambda: _codehost(settings), lambda: _origins(settings),
     ]
     if settings.runtime == "swarm":
         from orchestrator.cli.doctor_swarm import swarm_probes  # it builds on Check, defined here
@@ -224,6 +224,19 @@ def _disk(settings: Settings) -> Check:
     gib = usage.free / 1024**3
     return Check("free disk space", usage.free >= LOW_DISK_BYTES, f"{gib:.1f} GiB free under {directory}",
                  "free space (docker system prune) or move DEPLOYMENTS_DIR")
+
+
+def _origins(settings: Settings) -> Check:
+    """Under path routing every preview is on one origin: a preview's own JavaScript can fetch another preview's
+    pages with the reviewer's cookie or credentials (docs/security.md, "Between previews"). Said at every start."""
+    name = "previews on origins of their own"
+    if settings.preview_routing == "host":
+        return Check(name, True, f"host routing: each preview is its own host under {settings.preview_domain}")
+    if settings.preview_protection == "none":
+        return Check(name, True, "path routing, no protection: previews share one origin, and nothing to steal")
+    return Check(name, False, f"path routing shares one origin between all previews: with PREVIEW_PROTECTION="
+                 f"{settings.preview_protection}, one preview's JavaScript can open the others with the reviewer's "
+                 "access", "set PREVIEW_ROUTING=host with PREVIEW_DOMAIN (docs/routing.md)")
 
 
 def _allowed_repos(settings: Settings) -> Check:

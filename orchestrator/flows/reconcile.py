@@ -52,6 +52,8 @@ class Reconciler:
                 log.warning("%s", problem, extra={"deploymentId": deployment_id})
         self._remove_stale_routes(data)
         self._remove_stale_work_dirs(data, open_deployments)
+        for name in self.c.git.remove_unkeyed_mirrors():
+            log.warning("removed git mirror %s: shared by every repository of its slug (the old layout)", name)
 
     def expired(self, now: datetime) -> list[DeploymentRecord]:
         """Previews whose last deploy or update (`updatedAt`) is older than CLEANUP_TTL_DAYS."""
