@@ -3,6 +3,7 @@ repositories, the Docker engine with compose v2 and stand-in images, a real ngin
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 
@@ -39,6 +40,12 @@ def test_preview_lifecycle(stack: Stack, framework: str, database: str) -> None:
     assert 8000 <= record["exposedAppPort"] < 9000 and 9000 <= record["exposedDbPort"] < 10000
     stack.wait_page(pr, f"{framework} says: commit A\n")
     assert stack.page(pr, "db").text == "db reachable"
+    for service in ("app", "db"):  # the bounds no repository can lift (docs/security.md, "Between previews")
+        host = json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .HostConfig}}",
+                                          f"{SLUG}-pr-{pr}-{service}"], capture_output=True, text=True,
+                                         timeout=30, check=True).stdout)
+        assert host["PidsLimit"] == 1024 and {"NET_RAW", "CAP_NET_RAW"} & set(host["CapDrop"]), service
+        assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "3", "max-size": "10m"}}, service
     url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
     assert record["url"] == url
     stack.wait_comment(pr, "Preview ready", url, repo.sha_a[:7])

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,15 @@ def webhook_headers(
 def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, clone_url: str | None = None,
                repository: str | None = None, **head: Any) -> bytes:
     """The real `pull_request.<action>` fixture with a chosen number, SHA, head fields or repository
-    (`owner/name`, set on the base and the head)."""
+    (`owner/name`, set on the base and the head). Its `updated_at` is now, as the code host's moves with every
+    change of the pull request (an older one than the last accepted makes an event stale: events/inbox.py)."""
     name = {"reopened": "pull_request.reopened", "synchronize": "pull_request.synchronize",
             "closed": "pull_request.closed"}.get(action, "pull_request.opened")
     data = fixture(name)
     data["action"] = action
     data["number"] = number
     data["pull_request"]["number"] = number
+    data["pull_request"]["updated_at"] = datetime.now(UTC).isoformat(timespec="microseconds")
     if sha:
         data["pull_request"]["head"]["sha"] = sha
     data["pull_request"]["head"].update(head)
