@@ -391,8 +391,9 @@ def test_delete_cleans_up_through_the_handler(make_settings: SettingsFactory, ha
 def test_delete_failure_is_500_with_message(make_settings: SettingsFactory, handler: RecordingHandler,
                                             store: DeploymentStore, tmp_path: Path) -> None:
     settings = make_settings(webhook_processing="sync")
+    body = pr_payload()
     testing.TestClient(create_app(settings, handler)).simulate_post(
-        "/webhook/codehost", body=pr_payload(), headers=webhook_headers(pr_payload()))
+        "/webhook/codehost", body=body, headers=webhook_headers(body))
     failing = RecordingHandler(store=store, journal=tmp_path / "f.jsonl",
                                fail_message="Cleanup left containers behind")
     result = testing.TestClient(create_app(settings, failing)).simulate_delete(
