@@ -357,3 +357,38 @@ def test_doctor_and_start_up_say_that_path_routing_shares_one_origin(make_settin
     assert _origins(make_settings()).ok  # nothing to steal without protection
     assert _origins(make_settings(preview_routing="host", preview_domain="preview.test",
                                   preview_protection="token")).ok
+
+
+def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> None:
+    proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes),
+                  public_host=f"127.0.0.1:{nginx.port}", listen_port=nginx.port, routing=routing_for(nginx, "none"))
+    attacker_server, attacker_port = serve(attacker_app({"x": f"X-Accel-Redirect|{WOKEN_PREFIX}acme-billing-5/"}))
+    victim_server, victim_port = serve(VictimApp)
+    try:
+        install(proxy, VICTIM, victim_port)
+        slug, attacker_id = install(proxy, ATTACKER, attacker_port)
+        path = proxy.path(slug, ATTACKER[2])
+        # as an older version wrote it: no header rule, the wake key of the deployment id alone
+        current = path.read_text()
+        old_key = wake_key(routing_key(nginx), attacker_id)
+        path.write_text(current.replace(f"    {APP_HEADER_RULE}\n", "").replace(
+            wake_key(routing_key(nginx), sample_record(ATTACKER[2], *ATTACKER[:2]).subject), old_key))
+        proxy.reload(None)
+        nginx.wait_settled()
+        assert httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == SECRET_PAGE  # the old hole
+        records = [sample_record(VICTIM[2], *VICTIM[:2]), sample_record(ATTACKER[2], *ATTACKER[:2])]
+        renewed = proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records])
+        assert renewed == [attacker_id]  # the victim's route was today's already
+        assert path.read_text() == current  # today's route, proxying where it did
+        nginx.wait_settled()
+        assert httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == "attacker's own page"
+        assert proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records]) == []
+    finally:
+        attacker_server.shutdown()
+        victim_server.shutdown()
+
+
+def routing_key(nginx: Nginx) -> bytes:
+    from orchestrator.common.secret_files import random_key, read_or_create
+
+    return read_or_create(nginx.routes.parent / "state" / "wake.key", random_key)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters.nginx import APP_HEADER_RULE
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
@@ -112,6 +113,10 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     routes.mkdir(parents=True)
     (routes / "ghost-repo-pr-9.conf").write_text("# orphan\n")
     (routes / "acme-api-pr-3.conf").write_text("# kept\n")
+    # a route an older version wrote: it honours the app's X-Accel-* headers; start-up writes today's
+    older = engine.context.proxy.route("acme-api", 6, "acme-api-6", 8006, guarded=False,
+                                       subject=record(6).subject).replace(f"    {APP_HEADER_RULE}\n", "")
+    (routes / "acme-api-pr-6.conf").write_text(older)
     (routes / "servers").mkdir()
     (routes / "servers" / "ghost-repo-pr-9.conf").write_text("# orphan of host routing\n")
     (routes / "activity").mkdir()
@@ -143,6 +148,8 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     assert not (routes / "servers" / "ghost-repo-pr-9.conf").exists()
     assert not (routes / "activity" / "ghost-repo-pr-9.log").exists()
     assert (routes / "activity" / "acme-api-pr-6.log").exists()
+    renewed = (routes / "acme-api-pr-6.conf").read_text()
+    assert APP_HEADER_RULE in renewed and "proxy_pass http://127.0.0.1:8006/;" in renewed  # where it proxied
     assert not orphan_dir.exists() and kept_dir.exists()
 
 

@@ -218,6 +218,8 @@ SERVED_STREAK = 2  # answers from the route in a row, each on a new connection
 # nginx lets its old workers take connections for 0.1 s after it started the new ones (measured): after a reload,
 # answers from the route must go on this long after the first one.
 SERVED_SETTLE = 0.2
+# The app a route proxies to (its first proxy_pass that is not the service's: the route's own location comes first).
+_APP_UPSTREAM = re.compile(r"^\s*proxy_pass http://(\[[0-9a-fA-F:.]+\]|[0-9.]+):([0-9]{1,5})/?;", re.MULTILINE)
 UNSEEN_MARK = ".workers-cannot-look"  # in OPEN_DIR: nginx's workers were found not to see the flags
 REFUSED_GRACE = 3.0
 USERS_FILE = ".preview-users.htpasswd"  # PREVIEW_PROTECTION_USERS, hashed; a dot file no `include` matches
@@ -601,6 +603,40 @@ class Proxy:
             if left is not None:
                 other.write_bytes(left)
             raise
+
+    def renew(self, routes: list[tuple[str, int, str, str]]) -> list[str]:
+        """Rewrite the open routes of `routes` (slug, pr, deployment id, subject) that the service of today would
+        write otherwise — a route of an older version honours what today's does not (an app's `X-Accel-*`), or
+        carries a wake key of another form — keeping where they proxy to; one test and one reload for all, and
+        every file put back if the test fails. A closed route is left to its deploy. Returns the ids renewed."""
+        changed: dict[Path, bytes] = {}
+        renewed = []
+        for slug, pr, deployment_id, subject in routes:
+            path = self.path(slug, pr)
+            try:
+                text = path.read_text()
+            except OSError:
+                continue
+            found = _APP_UPSTREAM.search(text)
+            guarded = "if (!-f " in text
+            if found is None or (guarded and not self.flag_path(slug, pr).exists()):
+                continue
+            wanted = self.route(slug, pr, deployment_id, int(found[2]), found[1], guarded, subject=subject)
+            if wanted != text:
+                changed[path] = text.encode()
+                path.write_text(wanted)
+                renewed.append(deployment_id)
+        if not changed:
+            return []
+        try:
+            self._run(self._test, None)
+            self._run(self._reload, None)
+        except ProxyError:
+            for path, previous in changed.items():
+                path.write_bytes(previous)
+            raise
+        self._pending.update(changed)
+        return renewed
 
     def remove(self, slug: str, pr: int, log: DeploymentLog | None, reload_anyway: bool = False) -> None:
         """Delete the route (of either routing mode) and reload. `reload_anyway`: the file may be gone while

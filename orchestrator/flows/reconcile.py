@@ -51,6 +51,7 @@ class Reconciler:
             for problem in self.c.runtime.remove(deployment_id, None):
                 log.warning("%s", problem, extra={"deploymentId": deployment_id})
         self._remove_stale_routes(data)
+        self._renew_routes(data)
         self._remove_stale_work_dirs(data, open_deployments)
         for name in self.c.git.remove_unkeyed_mirrors():
             log.warning("removed git mirror %s: shared by every repository of its slug (the old layout)", name)
@@ -111,6 +112,15 @@ class Reconciler:
         for path in self.c.settings.proxy_config_dir.glob(f"{OPEN_DIR}/*-pr-*"):
             if path.name not in flags:
                 path.unlink(missing_ok=True)
+
+    def _renew_routes(self, data: StoreFile) -> None:
+        """Routes written by an older version, rewritten as today's (docs/security.md, "Between previews"): the
+        rules of a route hold for the previews that were running before the upgrade too, without a push."""
+        routes = [(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in data.deployments.values()
+                  if r.status in ("running", "sleeping", "failed")]
+        renewed = self._quietly(lambda: self.c.proxy.renew(routes)) or []
+        if renewed:
+            log.warning("rewrote %d nginx routes written by an older version: %s", len(renewed), ", ".join(renewed))
 
     def _remove_stale_work_dirs(self, data: StoreFile, open_deployments: set[str]) -> None:
         dirs = {(r.projectSlug, f"pr-{r.prNumber}") for r in data.deployments.values()}
