@@ -207,7 +207,7 @@ def test_a_running_app_s_502_reaches_the_client_as_it_is(make_settings: Settings
     assert dropped.status_code == 502 and "closed the connection" in dropped.text
     assert "x-accel-redirect" not in dropped.headers and "location" not in dropped.headers
     timed_out = client.simulate_get("/api/preview-wake/acme-api-3",
-                                    headers={**three, "X-Request-Age": "0.001", "X-Original-Status": "504"})
+                                    headers={**three, "X-Request-Age": "0.001", "X-Upstream-Status": "504"})
     assert timed_out.status_code == 504
     # came before the wake finished: it found the preview asleep, and is given to the app (a POST by a 307)
     early = client.simulate_get("/api/preview-wake/acme-api-3", headers={**three, "X-Request-Age": "3600"})
@@ -286,8 +286,9 @@ def test_an_event_older_than_one_accepted_for_its_pull_request_is_stale(tmp_path
     replayed = inbox.accept(event("synchronize", "2026-11-26T10:00:00+00:00", "d3"))  # the old body, a new id
     assert replayed.stale and not replayed.duplicate
     assert inbox.accept(event("closed", "2026-11-26T10:04:59+00:00", "d4")).stale
-    # the same instant again is the same change (a second event of one second): acted on
-    assert not inbox.accept(event("synchronize", "2026-11-26T10:05:00+00:00", "d5")).stale
+    # the newest event again under another id: a replay; another event of the same second: acted on
+    assert inbox.accept(event("synchronize", "2026-11-26T10:05:00+00:00", "d5")).stale
+    assert not inbox.accept(event("closed", "2026-11-26T10:05:00+00:00", "d5b")).stale
     assert inbox.accept(event("closed", "2026-11-26T11:00:00+01:00", "d6")).stale  # 10:00 UTC: older than 10:05
     assert not inbox.accept(event("closed", "2026-11-26T11:06:00+01:00", "d7")).stale  # 10:06 UTC: newer
     # the clock is kept per repository and pull request: another repository's PR 3 has its own
@@ -315,6 +316,7 @@ def test_a_replayed_delivery_does_nothing(make_settings: SettingsFactory, handle
     # captured bodies sent again under new delivery ids: an old commit's synchronize, a close, the first open
     send("synchronize", "2" * 40, "2026-11-26T10:05:00Z")
     send("closed", "2" * 40, "2026-11-26T10:06:00Z")
+    send("reopened", "2" * 40, "2026-11-26T10:07:00Z")  # the newest one, again
     body = json.dumps(opened).encode()
     assert client.simulate_post("/webhook/codehost", body=body,
                                 headers={k: v for k, v in webhook_headers(body).items()

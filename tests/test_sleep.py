@@ -385,6 +385,56 @@ def test_concurrent_requests_to_a_sleeping_preview_share_one_wake_and_get_the_ap
         handler.stop_app()
 
 
+class DroppingApp(BaseHTTPRequestHandler):
+    """A running app that closes the connection of every POST without an answer (and counts them)."""
+
+    posts = 0
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        type(self).posts += 1
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+    def do_GET(self) -> None:  # noqa: N802
+        EchoApp.do_GET(self)  # type: ignore[arg-type]
+
+
+def test_a_running_app_that_drops_a_request_gets_it_once_and_the_client_its_502(
+        wake_setup: tuple[Nginx, SettingsFactory]) -> None:
+    """nginx's 502 for a running app goes to the wake location too: the service must not hand the request back
+    (it did: a POST the app dropped reached it again and again)."""
+    nginx, make = wake_setup
+    settings = make()
+    app = ThreadingHTTPServer(("127.0.0.1", 0), DroppingApp)
+    threading.Thread(target=app.serve_forever, daemon=True).start()
+    app_port = app.server_address[1]
+    store = DeploymentStore(settings.deployments_db)
+    proxy = Proxy.for_settings(settings, HostEnv.for_state_dir(settings.state_dir), sleep=True)
+    running = record("running", exposedAppPort=app_port)
+    store.update(lambda data: data.deployments.update({"acme-api-3": running}))
+    proxy.install("acme-api", 3, "acme-api-3", app_port, None, subject=running.subject)
+    nginx.wait_settled()
+    handler = WakingHandler(store, free_port())
+    try:
+        with Service(settings, handler):
+            url = f"{nginx.url}/acme-api/pr-3/form"
+            assert httpx.get(url, timeout=30).text == "app: GET /form"  # the app runs
+            dropped = httpx.post(url, content=b"order=1", timeout=30)
+            assert dropped.status_code == 502 and "closed the connection" in dropped.text
+            assert DroppingApp.posts == 1 and handler.wakes == 0
+            # once it slept and woke, a request that came after the wake is the app's own failure too
+            store.update(lambda data: data.deployments.update({"acme-api-3": running.model_copy(
+                update={"wokeAt": datetime.now(UTC) - timedelta(seconds=30)})}))
+            assert httpx.post(url, content=b"order=2", timeout=30).status_code == 502
+            assert DroppingApp.posts == 2 and handler.wakes == 0
+    finally:
+        app.shutdown()
+        app.server_close()
+
+
 def test_a_browser_gets_a_waking_up_page_while_the_wake_takes_long(wake_setup: tuple[Nginx, SettingsFactory]) -> None:
     nginx, make = wake_setup
     settings = make()

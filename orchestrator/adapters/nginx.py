@@ -176,7 +176,7 @@ WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
     proxy_set_header X-Original-URI $request_uri;
     proxy_set_header X-Original-Method $request_method;
     proxy_set_header X-Request-Age $request_time;
-    proxy_set_header X-Original-Status $status;
+    proxy_set_header X-Upstream-Status $upstream_status;
     proxy_read_timeout 120s;
     add_header X-Preview-Deployment {deployment_id} always;
     add_header Cache-Control no-store always;

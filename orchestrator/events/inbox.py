@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS pull_request_clock (
     repository TEXT NOT NULL,
     pr_number  INTEGER NOT NULL,
     updated_at TEXT NOT NULL,
+    last_event TEXT NOT NULL DEFAULT '',  -- action and head of the newest event: the same again is a replay
     PRIMARY KEY (repository, pr_number)
 );
 """
@@ -210,18 +211,23 @@ class Inbox:
                 raise DeploymentTaken(other.repo_owner, other.repo_name)
 
     def _stale(self, event: PullRequestEvent) -> bool:
-        """Whether the pull request has changed since `event` was sent (an event that says nothing of when is
-        never stale); otherwise its time becomes the pull request's, in the same transaction as the insert."""
+        """Whether the pull request has changed since `event` was sent, or `event` repeats the newest one (same
+        time, action and head: a replay under another delivery id). An event that says nothing of when is never
+        stale. Otherwise its time becomes the pull request's, in the same transaction as the insert. Two events of
+        one second (the code host's clock) that differ are both acted on."""
         if event.pr_updated_at is None:
             return False
         when = event.pr_updated_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        row = self._db.execute("SELECT updated_at FROM pull_request_clock WHERE repository = ? AND pr_number = ?",
-                               (event.repository, event.pr_number)).fetchone()
-        if row is not None and row[0] > when:  # UTC, one fixed format: text order is time order
+        what = f"{event.action} {event.commit_sha or ''}"
+        row = self._db.execute("SELECT updated_at, last_event FROM pull_request_clock WHERE repository = ? AND "
+                               "pr_number = ?", (event.repository, event.pr_number)).fetchone()
+        # UTC, one fixed format: text order is time order
+        if row is not None and (row[0] > when or (row[0] == when and row[1] == what)):
             return True
-        self._db.execute("INSERT INTO pull_request_clock (repository, pr_number, updated_at) VALUES (?, ?, ?) "
-                         "ON CONFLICT (repository, pr_number) DO UPDATE SET updated_at = excluded.updated_at",
-                         (event.repository, event.pr_number, when))
+        self._db.execute("INSERT INTO pull_request_clock (repository, pr_number, updated_at, last_event) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT (repository, pr_number) DO UPDATE SET "
+                         "updated_at = excluded.updated_at, last_event = excluded.last_event",
+                         (event.repository, event.pr_number, when, what))
         return False
 
     def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:

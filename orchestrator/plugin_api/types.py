@@ -7,7 +7,9 @@ import hmac
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from orchestrator.common.naming import CODEHOST, repository_identity
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 CACHE_ID_PREFIX = "po-cache-"  # comments mask every `po-cache-<hex>` (flows/context.py)
@@ -62,7 +64,8 @@ class RenderContext(BaseModel):
     project_slug: str
     pr_number: int
     deployment_id: str
-    repository: str = Field(description="host/owner/name in lower case: tells repositories apart that share a slug")
+    repository: str = Field(default="", description="host/owner/name in lower case: tells repositories apart that "
+                                                    "share a slug; empty: a pull request of the code host")
     app_host_port: int
     db_host_port: int
     db_password: str = Field(description="Stable per deployment, never shared between pull requests")
@@ -71,6 +74,13 @@ class RenderContext(BaseModel):
                                          description="The service's key; None renders placeholders")
     build_cache: bool = Field(default=False, description="BuildKit cache mounts may be rendered "
                                                          "(BUILD_CACHE_MOUNTS); off, templates build without")
+
+    @model_validator(mode="after")
+    def _identity(self) -> RenderContext:
+        # A context made without one (by code written before it existed) names the code host's repository.
+        if not self.repository:
+            object.__setattr__(self, "repository", repository_identity(CODEHOST, self.owner, self.repo))
+        return self
 
     @property
     def database_name(self) -> str:

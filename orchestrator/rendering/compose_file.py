@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import write_new
-from orchestrator.common.naming import CODEHOST, project_slug, repository_identity
 from orchestrator.common.naming import deployment_id as make_deployment_id
+from orchestrator.common.naming import project_slug
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.types import RenderContext
 from orchestrator.rendering.build_context import keep_out_of_images
@@ -57,7 +57,7 @@ def make_context(
                 else hmac.new(password_key, f"{deployment}:db".encode(), hashlib.sha256).hexdigest()[:24])
     return RenderContext(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
-        repository=repository or repository_identity(CODEHOST, owner, repo),
+        repository=repository or "",
         app_host_port=app_host_port, db_host_port=db_host_port, db_password=password,
         image_overrides=image_overrides or {},
         secret_key=None if password_key is None else password_key.decode("latin-1"), build_cache=build_cache,

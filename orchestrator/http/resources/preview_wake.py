@@ -186,7 +186,8 @@ def _found_asleep(record: DeploymentRecord, came: datetime | None) -> bool:
 
 def _app_failed(req: Request, resp: Response, record: DeploymentRecord) -> None:
     """The running app closed the connection or did not answer in time: nginx's own error, as it is."""
-    timed_out = req.get_header("X-Original-Status") == "504"
+    # nginx's $upstream_status: the status of each upstream tried so far, the app's last ("502", "504")
+    timed_out = (req.get_header("X-Upstream-Status") or "").replace(":", ",").split(",")[0].strip() == "504"
     resp.status = falcon.HTTP_504 if timed_out else falcon.HTTP_502
     resp.content_type = falcon.MEDIA_TEXT
     what = "did not answer in time" if timed_out else "closed the connection without an answer"
