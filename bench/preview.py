@@ -60,7 +60,8 @@ def _poll(url: str, expected: str | None, timeout: float = 600) -> None:
     raise TimeoutError(f"{url} did not answer {expected!r} in {timeout}s")
 
 
-BENCH_IMAGES = (f"{SLUG}-*-app", "raw-bench-*-app", "bench-primer-app")
+# the previews' (service and raw path alike: rendered with RenderContext.built_image's keyed names) and the primer's
+BENCH_IMAGES = ("po-build/*-app", f"{SLUG}-*-app", "raw-bench-*-app", "bench-primer-app")
 
 
 def _forget_app_images() -> None:

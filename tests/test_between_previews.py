@@ -394,3 +394,48 @@ def routing_key(nginx: Nginx) -> bytes:
     from orchestrator.common.secret_files import random_key, read_or_create
 
     return read_or_create(nginx.routes.parent / "state" / "wake.key", random_key)
+
+
+# Built images ---------------------------------------------------------------------------------------------------
+
+
+def test_built_images_have_names_no_other_preview_can_derive() -> None:
+    from orchestrator.rendering.compose_file import make_context
+
+    one = make_context("acme", "web-app", 5, 8005, 9005, b"the service's key")
+    other = make_context("acme-web", "app", 5, 8005, 9005, b"the service's key")  # same id, another repository
+    unkeyed = make_context("acme", "web-app", 5, 8005, 9005, b"a guessed key")
+    names = {c.built_image("app") for c in (one, other, unkeyed)}
+    assert len(names) == 3 and all(n.startswith("po-build/") and n.endswith("-app") for n in names)
+    assert one.built_image("app") == make_context("acme", "web-app", 5, 8105, 9105, b"the service's key").built_image(
+        "app")  # stable across updates (other ports)
+    assert one.deployment_id not in one.built_image("app")
+
+
+@pytest.mark.parametrize("service", [
+    {"image": "po-build/0123456789abcdef-app", "pull_policy": "never"},
+    {"image": "docker.io/PO-BUILD/anything"},
+    {"build": {"context": "{repo}", "dockerfile_inline": "FROM po-build/0123-app\nCOPY . ."}},
+    {"build": {"context": "{repo}", "args": {"BASE": "po-build/0123-app"}}},
+])
+def test_a_compose_file_cannot_name_the_built_images(tmp_path: Path, service: dict) -> None:
+    text = json.dumps(service).replace("{repo}", str(tmp_path))
+    problems = normalized_problems({"services": {"app": json.loads(text)}}, tmp_path, "acme-api-3", "c.yml")
+    assert any("po-build/" in p and "built for previews" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "FROM po-build/0123456789abcdef-app\n",
+    "FROM python:3.12\nCOPY --from=po-build/0123-app /app /stolen\n",
+    "FROM python:3.12\nRUN --mount=type=bind,from=po-build/0123-app,target=/s cp -r /s /stolen\n",
+    "ARG BASE=po-\\\nbuild/0123-app\nFROM $BASE\n",
+    "# escape=`\nFROM po-`\nbuild/0123-app\n",
+])
+def test_a_dockerfile_cannot_name_the_built_images(tmp_path: Path, dockerfile: str) -> None:
+    from orchestrator.rendering.compose_policy import dockerfile_problems
+
+    (tmp_path / "Dockerfile").write_text(dockerfile)
+    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == [
+        "Dockerfile may not name po-build/ (it holds the images built for previews)"]
+    (tmp_path / "Dockerfile").write_text("FROM python:3.12\nCOPY --from=builder /app /app\n")
+    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []

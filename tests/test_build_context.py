@@ -64,13 +64,16 @@ def _render_and_build(repo_url: str, branch: str, work: Path, pr: int) -> str:
     config = load_checkout_config(plugins, work)
     # per preview: its own number, ports and password key — everything the generated files differ by
     context = make_context("acme", "api", pr, 18000 + pr, 19000 + pr, f"key-{pr}".encode(), STANDIN_OVERRIDES)
-    compose = write_rendered(work, render_deployment(plugins, work, config, context))
+    rendered = render_deployment(plugins, work, config, context)
+    compose = write_rendered(work, rendered)
     project = f"build-context-test-{pr}"
     built = subprocess.run(["docker", "compose", "-p", project, "-f", str(compose), "--progress", "plain", "build",
                             "app"], cwd=work, check=True, capture_output=True, text=True, timeout=600)
     # BuildKit's steps (what doctor's BuildKit line promises), not the classic builder's "Step 1/9"
     assert "[app internal] load build definition" in built.stdout + built.stderr
-    return f"{project}-app"
+    image: str = rendered.compose["services"]["app"]["image"]  # keyed: RenderContext.built_image
+    assert image.startswith("po-build/") and image.endswith("-app") and project not in image
+    return image
 
 
 @pytest.mark.docker
@@ -102,7 +105,8 @@ def test_an_app_without_a_sigterm_handler_stops_on_sigterm(tmp_path: Path) -> No
     repo = make_pr_repo(tmp_path / "repos", "python", "feature/signals")
     work = tmp_path / "pr-3"
     image = _render_and_build(repo.clone_url, repo.branch, work, 3)
-    project = image.removesuffix("-app")
+    project = "build-context-test-3"  # _render_and_build's
+    assert image.startswith("po-build/")
     compose = ["docker", "compose", "-p", project, "-f", str(work / "compose.preview.yml")]
     try:
         subprocess.run([*compose, "up", "--detach", "--no-build", "--no-deps", "app"], cwd=work, check=True,

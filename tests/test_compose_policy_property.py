@@ -97,7 +97,8 @@ def field_value(name: str) -> st.SearchStrategy[Any]:
         return st.fixed_dictionaries({"driver": st.sampled_from(["json-file", "local", "syslog", "none"])},
                                      optional={"options": st.just({"max-size": "10g", "max-file": "1000"})})
     if name == "image":
-        return st.sampled_from(["redis", "po-standin/python:test", "${I:-postgres:16}"])
+        return st.sampled_from(["redis", "po-standin/python:test", "${I:-postgres:16}", "po-build/0a1b-app",
+                                "${I:-po-build/0a1b-app}"])
     if name == "ports":
         return st.lists(st.sampled_from(["80", "0.0.0.0:80:80", "127.0.0.1:9999:5432", "${P:-22}:22"]),
                         max_size=2)
@@ -218,8 +219,12 @@ def violations(document: dict[str, Any], root: Path) -> list[str]:
                 found.append(f"{name}: build {build}")
             if build.get("network") not in (None, "default", "none"):
                 found.append(f"{name}: build network {build['network']}")
-            if svc.get("image"):
-                found.append(f"{name}: image beside build")
+            if not str(svc.get("image") or "").startswith("po-build/"):  # only the service's keyed name
+                found.append(f"{name}: image {svc.get('image')} beside build")
+            if (build.get("labels") or {}).get("dev.preview-orchestrator.deployment") != PROJECT:
+                found.append(f"{name}: built image without the deployment's label")
+        elif "po-build/" in str(svc.get("image") or ""):
+            found.append(f"{name}: runs a built image of the service: {svc['image']}")
         if svc.get("ports") and name not in ("app", "db"):
             found.append(f"{name}: ports")
         for port in svc.get("ports") or []:

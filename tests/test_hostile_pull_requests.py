@@ -133,6 +133,8 @@ COMPOSE_CASES = {
                                    f"volumes data: name {SLUG}-{VICTIM}_db-data is not allowed"),
     "retag-a-shared-image": ("services:\n  app:\n    build: .\n    image: po-standin/python:test\n",
                              "image beside build is not allowed"),
+    "build-on-the-built-images": ("services:\n  app:\n    build: {context: ., args: {BASE: po-build/0a1b-app}}\n",
+                                  "build may not name po-build/"),
     "multiply-the-cpu-cap": ("services:\n  app:\n    build: .\n    deploy: {replicas: 6}\n",
                              "deploy replicas 6 is not allowed"),
     "read-a-host-file-as-env": ("services:\n  app:\n    build: .\n    env_file: ['${E:-/etc/shadow}']\n",
@@ -285,6 +287,40 @@ def test_a_repository_whose_name_gives_the_same_slug_cannot_touch_the_preview(st
             f"Deployment {SLUG}-{VICTIM} belongs to the repository Codertocat/Hello-World; another repository "
             "whose name gives the same deployment id cannot use it")
     witness.check()
+
+
+def test_another_preview_s_built_image_can_neither_be_run_nor_copied(stack: Stack, victim: PullRequestRepo) -> None:
+    """Compose would name the victim's image `{deployment id}-app`, which anyone can derive; the service names it
+    by a keyed digest (docs/security.md, "Between previews"). Each pull request below tries to run or build on
+    the victim's built code: by compose's public name (no such image: its deploy fails, nothing runs it), and by
+    the real name, were it ever leaked (refused before anything is built)."""
+    witness = Witness(stack)
+    built = docker("inspect", "-f", "{{.Config.Image}}", f"{SLUG}-pr-{VICTIM}-app")
+    victim_image = docker("image", "inspect", "-f", "{{.Id}}", built)
+    assert built.startswith("po-build/") and f"{SLUG}-{VICTIM}" not in built
+    public = f"{SLUG}-{VICTIM}-app"
+    attempts = {
+        130: ({"compose.preview.yml": f"services:\n  app:\n    image: {public}\n    pull_policy: never\n"}, None),
+        131: ({"Dockerfile": f"FROM {public}\nCMD [\"python3\", \"app.py\"]\n"}, None),
+        132: ({"Dockerfile": f"FROM po-standin/python:test\nCOPY --from={built} /app /stolen\n" + PLAIN_DOCKERFILE},
+              "Dockerfile may not name po-build/"),
+        133: ({"compose.preview.yml": f"services:\n  app:\n    image: {built}\n    pull_policy: never\n"},
+              f"image {built} is not allowed"),
+    }
+    for pr, (files, message) in attempts.items():
+        repo = make_pr_repo(stack.root / "repos", "python", f"hostile/image-{pr}", config=config_for("python"),
+                            files=files)
+        stack.send("opened", pr, repo, repo.sha_a)
+        record = stack.wait_for(pr, "failed")
+        if message is not None:
+            assert message in record["error"], record["error"]
+        ran = docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={SLUG}-{pr}",
+                     "--filter", f"ancestor={victim_image}")
+        assert ran == "", f"PR {pr} ran the victim's image"
+        assert docker("image", "ls", "-q", "--filter", f"label=com.docker.compose.project={SLUG}-{pr}") == ""
+        stack.close(pr, repo, repo.sha_a)
+    witness.check()
+    assert docker("image", "inspect", "-f", "{{.Id}}", built) == victim_image  # untouched
 
 
 def test_a_cleanup_that_fails_keeps_the_record_until_everything_is_gone(stack: Stack,

@@ -196,7 +196,9 @@ def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path
         ("127.0.0.1", "9007", 5432)]
     assert services["app"]["environment"] == {"EXISTING": "1", "ADDED": "2", "PORT": "3000"}
     # the repository's image decides the main process: known once it is built
-    assert rendered.pending_startup == PendingStartup(["npm run migrate"], image="acme-shop-api-7-app")
+    built = rendered.compose["services"]["app"]["image"]  # the keyed name of the image built for it
+    assert built.startswith("po-build/") and built.endswith("-app") and "acme-shop-api-7" not in built
+    assert rendered.pending_startup == PendingStartup(["npm run migrate"], image=built)
     started = with_startup(rendered, ["npm run migrate"], ["node", "dist/main.js", "$PORT"])
     write_new(repo, started.compose_file, started.compose_text())
     app = yaml.safe_load(compose_config(repo, started.compose_file))["services"]["app"]

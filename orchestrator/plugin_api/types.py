@@ -54,6 +54,10 @@ class Detection(BaseModel):
     reason: str = ""
 
 
+# The service's local namespace of built images: a repository's compose file or Dockerfile may not name it.
+BUILT_IMAGES = "po-build"
+
+
 class RenderContext(BaseModel):
     """Everything about one deployment that templates may use."""
 
@@ -88,6 +92,16 @@ class RenderContext(BaseModel):
 
     def container_name(self, service: str) -> str:
         return f"{self.project_slug}-pr-{self.pr_number}-{service}"
+
+    def built_image(self, service: str) -> str:
+        """The name of the image built for `service`: BUILT_IMAGES/{keyed digest}-{service}. The digest is an HMAC
+        of the repository, the deployment id and the service under the service's key, so no other preview's
+        compose file or Dockerfile can name it (compose's own name, `{deployment id}-{service}`, is public). A
+        placeholder when rendering without the key."""
+        if self.secret_key is None:
+            return f"{BUILT_IMAGES}/keyed-{service.lower()}"
+        digest = self._keyed(f"{self.repository}#{self.deployment_id}:image:{service}").hexdigest()[:32]
+        return f"{BUILT_IMAGES}/{digest}-{service.lower()}"
 
     def image(self, name: str) -> str:
         """`name` after IMAGE_OVERRIDES; every image a built-in template names goes through here."""

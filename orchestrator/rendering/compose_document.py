@@ -76,7 +76,12 @@ def apply_common(compose: dict[str, Any], context: RenderContext) -> None:
     app = compose["services"].get("app")
     if isinstance(app, dict):
         app.setdefault("init", True)
-    for service in compose["services"].values():
+    for name, service in compose["services"].items():
+        if isinstance(service.get("build"), dict):
+            if not service.get("image"):
+                service["image"] = context.built_image(str(name))  # not compose's public `{project}-{service}`
+            # the image carries the label too: a cleanup, and start-up's look for leftovers, find it by it
+            service["build"]["labels"] = {**as_dict(service["build"].get("labels")), **labels}
         existing = service.get("labels") or {}
         if isinstance(existing, list):
             existing = dict(item.split("=", 1) if "=" in item else (item, "") for item in existing)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.common.checkout_paths import inside
+from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.compose_document import PIDS_LIMIT
 
+MAX_DOCKERFILE_BYTES = 1024 * 1024
 DOCKER_SOCKET_HINTS = ("docker.sock", "/var/run/docker", "/run/docker")
 
 TOP_LEVEL = frozenset({"name", "services", "networks", "volumes", "configs", "secrets", "version"})
@@ -164,6 +166,9 @@ def _service_problems(name: str, service: dict[str, Any], services: dict[str, An
     problems = [f"{option} is not allowed ({_why(option)})" for option, value in service.items()
                 if option not in SERVICE_OPTIONS and not _extension(option) and value not in (None, False)]
     build = service.get("build")
+    image = str(service.get("image") or "")
+    if _names_built_images(image):
+        problems.append(f"image {image[:80]} is not allowed ({BUILT_IMAGES}/ holds the images built for previews)")
     if build is not None:
         problems += _build_problems(build, repo_dir)
         if service.get("image"):
@@ -211,6 +216,10 @@ def _build_problems(build: Any, repo_dir: Path) -> list[str]:
         problems.append("build context must be a directory of the repository (not a URL or a path outside it)")
     elif build.get("dockerfile") and not inside(repo_dir, str(Path(context) / str(build["dockerfile"]))):
         problems.append("build dockerfile outside the repository is not allowed")
+    inline, args = str(build.get("dockerfile_inline") or ""), build.get("args") or {}
+    if _names_built_images(inline) or any(_names_built_images(str(v)) for v in
+                                           (args.values() if isinstance(args, dict) else args)):
+        problems.append(f"build may not name {BUILT_IMAGES}/ (it holds the images built for previews)")
     if build.get("network") not in (None, "default", "none"):
         problems.append(f"build network {str(build['network'])[:40]} is not allowed (a build keeps its own network)")
     return problems
@@ -285,6 +294,24 @@ def _bound_problems(service: dict[str, Any]) -> list[str]:
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ceiling for v in values):
             problems.append(f"ulimits {name} must be between 0 and {ceiling}")
     return problems
+
+
+def dockerfile_problems(path: Path, shown: str) -> list[str]:
+    """A repository's Dockerfile may not name the service's namespace of built images (in FROM, `COPY --from`,
+    `RUN --mount=from=`, or a build argument's default): another preview's image would be its base or source.
+    The names there are also keyed (RenderContext.built_image): this keeps even a leaked one out."""
+    try:
+        text = path.read_bytes()[:MAX_DOCKERFILE_BYTES].decode("utf-8", "replace")
+    except OSError as exc:
+        return [f"{shown} cannot be read ({exc.strerror})"]
+    if _names_built_images(text):
+        return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
+    return []
+
+
+def _names_built_images(text: str) -> bool:
+    # joined across line continuations (`\` or, with `# escape=\``, a backtick)
+    return f"{BUILT_IMAGES}/" in text.lower().replace("\\\n", "").replace("`\n", "")
 
 
 def _own_service(value: Any, services: dict[str, Any]) -> bool:

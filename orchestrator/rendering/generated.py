@@ -18,6 +18,7 @@ from orchestrator.rendering.compose_document import (
     dump_compose,
     escape,
 )
+from orchestrator.rendering.compose_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 
@@ -39,6 +40,8 @@ def generated(
         files[INJECTED_DOCKERFILE] = text
         dockerfile = INJECTED_DOCKERFILE
 
+    if dockerfile != INJECTED_DOCKERFILE and (problems := dockerfile_problems(repo_dir / dockerfile, dockerfile)):
+        raise ConfigError(problems)
     app = _app_service(host, config, context, ProjectFiles(repo_dir))
     database = _database(host, config, context)
     extras = [_extra(host, name, context) for name in config.extra_services]
@@ -67,7 +70,7 @@ def generated(
     if config.startup_commands and dockerfile == INJECTED_DOCKERFILE:
         app_service.update(startup_service(config.startup_commands, app.command))
     elif config.startup_commands:  # the repository's Dockerfile: its image says what the main process is
-        pending = PendingStartup(config.startup_commands, image=f"{context.deployment_id}-app")
+        pending = PendingStartup(config.startup_commands, image=context.built_image("app"))
 
     db_port = host.provided.databases[config.database].port
     db_service = {

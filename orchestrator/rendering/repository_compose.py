@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.common.checkout_paths import inside
 from orchestrator.common.safe_yaml import YamlRejected, load_untrusted_yaml
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig, ensure_inside
 from orchestrator.plugin_api.types import RenderContext
@@ -19,7 +20,7 @@ from orchestrator.rendering.compose_document import (
     dump_compose,
     escape,
 )
-from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
+from orchestrator.rendering.compose_policy import dockerfile_problems, normalized_problems, raw_problems
 from orchestrator.rendering.plugin_host import PluginHost
 
 
@@ -46,6 +47,12 @@ def repository_owned(
     # From here on, only compose's own reading of the file counts: interpolated, defaults applied.
     compose = normalize(path, context.deployment_id)
     problems = normalized_problems(compose, repo_dir, context.deployment_id, name)
+    for service_name, service in (compose.get("services") or {}).items():
+        build = service.get("build") if isinstance(service, dict) else None
+        if isinstance(build, dict) and not build.get("dockerfile_inline"):
+            dockerfile = Path(str(build.get("context", repo_dir))) / str(build.get("dockerfile") or "Dockerfile")
+            if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():
+                problems += dockerfile_problems(dockerfile, f"{name}: service {service_name}: its Dockerfile")
     if problems:
         raise ConfigError(problems)
     services = compose["services"]
@@ -64,7 +71,7 @@ def repository_owned(
     pending = None
     if config.startup_commands:
         pending = PendingStartup(
-            config.startup_commands, image=app.get("image") or f"{context.deployment_id}-app",
+            config.startup_commands, image=app.get("image") or context.built_image("app"),
             entrypoint=_unescape(app.get("entrypoint")), command=_unescape(app.get("command")))
     if isinstance(services.get("db"), dict):
         db_port = host.provided.databases[config.database].port

@@ -319,7 +319,7 @@ class ComposeRuntime:
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         found: dict[str, str] = {}
         with _failure("Docker resources could not be listed"):
-            for kind in ("container", "volume", "network"):
+            for kind in ("container", "volume", "network", "image"):
                 found.update({f"{kind}:{ident}": owner
                               for ident, owner in self.docker.labelled(kind, deployment_id).items()})
         return found

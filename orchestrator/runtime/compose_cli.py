@@ -168,6 +168,14 @@ class DockerResources:
         """Resources of `kind` (container, volume, network) carrying the deployment label (or `label`, a
         `key=value` filter): id -> deployment."""
         selector = label or (DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}")
+        if kind == "image":  # `docker image ls` prints no labels: they are asked of each image
+            idents = sorted(set(self._docker(["image", "ls", "--quiet", "--no-trunc", "--filter",
+                                              f"label={selector}"]).split()))
+            if not idents:
+                return {}
+            owners = self._docker(["image", "inspect", "--format",
+                                   f'{{{{index .Config.Labels "{DEPLOYMENT_LABEL}"}}}}', *idents]).splitlines()
+            return dict(zip(idents, owners, strict=False))
         if kind == "container":
             argv = ["ps", "--all", "--filter", f"label={selector}", "--format", "{{json .}}"]
         else:
@@ -187,7 +195,8 @@ class DockerResources:
         problems: list[str] = []
         for kind, remove in (("container", ["rm", "--force", "--volumes"]),
                              ("network", ["network", "rm"]),
-                             ("volume", ["volume", "rm", "--force"])):
+                             ("volume", ["volume", "rm", "--force"]),
+                             ("image", ["image", "rm", "--force"])):  # named by a keyed digest: compose keeps them
             try:
                 for ident in self.labelled(kind, deployment_id):
                     self._docker([*remove, ident], log=log, timeout=120)

@@ -160,14 +160,12 @@ def stop_stack(stack: Stack) -> None:
 
 def remove_previews(deployment_ids: list[str]) -> None:
     """Every container, volume and network labelled with one of `deployment_ids`, and the images built for them
-    (`{deploymentId}-*`, which a close removes), as the engine has them. Preview resources carry no owner: like the
+    (labelled too, which a close removes), as the engine has them. Preview resources carry no owner: like the
     compose projects they are named after, two test runs on one engine cannot keep them apart."""
     if not deployment_ids:
         return
     wanted = set(deployment_ids)
-    images = [image for deployment in wanted for image in subprocess.run(
-        ["docker", "images", "-q", f"{deployment}-*"], capture_output=True, text=True, timeout=60,
-        check=True).stdout.split()]
+    images = [image for deployment in wanted for image in built_images(deployment)]
     for listing, field, removal in ((["ps", "-a"], "ID", ["rm", "--force", "--volumes"]),
                                     (["volume", "ls"], "Name", ["volume", "rm", "--force"]),
                                     (["network", "ls"], "ID", ["network", "rm"])):
@@ -196,6 +194,12 @@ def remove_seeds(state_dir: Path) -> None:
             subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=True)
 
 
+def built_images(deployment_id: str) -> list[str]:
+    """The images built for a preview: labelled with its id, named by a keyed digest (RenderContext.built_image)."""
+    return subprocess.run(["docker", "images", "-q", "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout.split()
+
+
 def labelled_resources(deployment_id: str) -> list[str]:
     found = []
     for argv in (["docker", "ps", "-aq"], ["docker", "volume", "ls", "-q"], ["docker", "network", "ls", "-q"]):
@@ -208,9 +212,7 @@ def labelled_resources(deployment_id: str) -> list[str]:
 def assert_fully_removed(stack: Stack, pr: int) -> None:
     deployment = f"{SLUG}-{pr}"
     assert labelled_resources(deployment) == []
-    images = subprocess.run(["docker", "images", "-q", f"{deployment}-*"], capture_output=True, text=True,
-                            timeout=60, check=True).stdout
-    assert images.strip() == "", f"images built for {deployment} left behind"
+    assert built_images(deployment) == [], f"images built for {deployment} left behind"
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}").exists()
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.git").exists()
     assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
