@@ -119,6 +119,7 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
         "auth": f"X-Accel-Redirect|/.preview-orchestrator/auth/{victim_id}",
         "route": f"X-Accel-Redirect|/{victim_slug}/pr-{VICTIM[2]}/",
         "limit": "X-Accel-Limit-Rate|1",
+        "cookie": "Set-Cookie|tossed=1; Domain=preview.test; Path=/",  # for every preview of the domain
     }
     attacker_server, attacker_port = serve(attacker_app(targets))
     try:
@@ -134,6 +135,8 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
             assert SECRET_PAGE not in answer.text, name
             assert answer.status_code == 200 and answer.text == "attacker's own page", (name, answer.text)
             assert "x-accel-redirect" not in answer.headers
+            if name == "cookie":  # scoped to the preview's own host, whatever the app said
+                assert "Domain=127.0.0.1" in answer.headers["set-cookie"], answer.headers["set-cookie"]
         # the victim's internal locations are never reachable from outside either
         assert httpx.get(f"{nginx.url}{WOKEN_PREFIX}{victim_id}/secret", timeout=10).status_code == 404
         assert attacker_id != victim_id

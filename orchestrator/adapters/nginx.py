@@ -83,6 +83,9 @@ APP_HEADER_RULE = ("proxy_ignore_headers X-Accel-Redirect X-Accel-Expires X-Acce
 
 PROXIED = f"""    {APP_HEADER_RULE}
     proxy_hide_header X-Accel-Redirect;
+    # A cookie's Domain is the preview's own host: `Domain=<PREVIEW_DOMAIN>` would reach every other preview
+    # (cookie tossing under host routing). A cookie set by the app's JavaScript is beyond nginx (docs/security.md).
+    proxy_cookie_domain ~.+ $host;
     proxy_http_version 1.1;
     proxy_set_header Host $host;
     proxy_set_header X-Real-IP $remote_addr;
