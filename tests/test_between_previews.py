@@ -442,3 +442,21 @@ def test_a_dockerfile_cannot_name_the_built_images(tmp_path: Path, dockerfile: s
         "Dockerfile may not name po-build/ (it holds the images built for previews)"]
     (tmp_path / "Dockerfile").write_text("FROM python:3.12\nCOPY --from=builder /app /app\n")
     assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []
+
+
+def test_database_passwords_differ_between_repositories_and_old_previews_keep_theirs() -> None:
+    import hashlib
+    import hmac
+
+    from orchestrator.rendering.compose_file import make_context
+    from orchestrator.state.records import DeploymentRecord
+
+    key = b"the service's key"
+    one = make_context("acme", "web-app", 5, 8005, 9005, key)
+    other = make_context("acme-web", "app", 5, 8005, 9005, key)  # the same deployment id, after the first
+    assert one.deployment_id == other.deployment_id and one.db_password != other.db_password
+    # a preview deployed before: its volume has the password of the id alone, and keeps it on every update
+    older = make_context("acme", "web-app", 5, 8005, 9005, key, secrets_scope="deployment")
+    assert older.db_password == hmac.new(key, b"acme-web-app-5:db", hashlib.sha256).hexdigest()[:24]
+    stored_before = sample_record(5, "acme", "web-app").model_dump(exclude={"secretsScope"})
+    assert DeploymentRecord.model_validate(stored_before).secretsScope == "deployment"

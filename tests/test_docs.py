@@ -35,4 +35,6 @@ def test_the_monorepo_example_renders_with_its_own_dockerfile_and_the_repository
     rendered = render_deployment(host, repo, load_checkout_config(host, repo),
                                  make_context("acme", "mono", 3, 8003, 9003, b"k"))
     assert INJECTED_DOCKERFILE not in rendered.files
-    assert rendered.compose["services"]["app"]["build"] == {"context": ".", "dockerfile": "apps/api/Dockerfile"}
+    assert rendered.compose["services"]["app"]["build"] == {"context": ".", "dockerfile": "apps/api/Dockerfile",
+                                                            "labels": {"dev.preview-orchestrator.deployment":
+                                                                       "acme-mono-3"}}

@@ -230,7 +230,8 @@ class BuildSteps:
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
                                record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
-                               self.c.settings.build_cache_mounts, repository=event.repository)
+                               self.c.settings.build_cache_mounts, repository=event.repository,
+                               secrets_scope=record.secretsScope)
         try:
             rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
         except ConfigError as exc:
@@ -303,7 +304,8 @@ class BuildSteps:
             target.log.note(f"container output not kept: {exc.message}")
             return
         password = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
-                                record.exposedDbPort, self.c.password_key()).db_password
+                                record.exposedDbPort, self.c.password_key(), repository=event.repository,
+                                secrets_scope=record.secretsScope).db_password
         text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
         target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):\n{text or '(none)'}")
 

@@ -72,6 +72,8 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
             url=url,
             commentId=comment_id if comment_id is not None else (previous.commentId if previous else None),
             cloneUrl=event.clone_url, error=None, source=event.source,
+            # a new preview's secrets are keyed by its repository; an older one's stay as its volume has them
+            secretsScope=previous.secretsScope if previous else "repository",
         )
         data.deployments[event.deployment_id] = record
         return record

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.naming import CODEHOST, project_slug, repository_identity
 from orchestrator.common.naming import deployment_id as make_deployment_id
-from orchestrator.common.naming import project_slug
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.types import RenderContext
 from orchestrator.rendering.build_context import keep_out_of_images
@@ -45,19 +45,24 @@ __all__ = ["GENERATED_COMPOSE", "INJECTED_DOCKERFILE", "REPO_COMPOSE_OUTPUT", "R
 def make_context(
     owner: str, repo: str, pr_number: int, app_host_port: int, db_host_port: int, password_key: bytes | None,
     image_overrides: dict[str, str] | None = None, build_cache: bool = False, repository: str | None = None,
+    secrets_scope: str = "repository",
 ) -> RenderContext:
     """`password_key` None: the password is shown as a placeholder (`preview-orchestrator render`).
     `build_cache`: templates may use BuildKit cache mounts (BUILD_CACHE_MOUNTS; RenderContext.cache_mount).
     `repository`: the repository's identity (host/owner/name, an event's `repository`); None: a pull request of
-    the code host."""
+    the code host. `secrets_scope`: the record's `secretsScope` — `deployment` for a preview deployed before
+    secrets were keyed by repository (its database volume has that password)."""
     slug = project_slug(owner, repo)
     deployment = make_deployment_id(slug, pr_number)
-    # Stable across updates (the database volume keeps it), unique per deployment, not guessable by a PR.
+    identity = repository or repository_identity(CODEHOST, owner, repo)
+    # Stable across updates (the database volume keeps it), unique per deployment and repository (two
+    # repositories' names can give one deployment id, one after the other), not guessable by a PR.
+    subject = deployment if secrets_scope == "deployment" else f"{identity}#{deployment}"
     password = (PASSWORD_PLACEHOLDER if password_key is None
-                else hmac.new(password_key, f"{deployment}:db".encode(), hashlib.sha256).hexdigest()[:24])
+                else hmac.new(password_key, f"{subject}:db".encode(), hashlib.sha256).hexdigest()[:24])
     return RenderContext(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
-        repository=repository or "",
+        repository=identity,
         app_host_port=app_host_port, db_host_port=db_host_port, db_password=password,
         image_overrides=image_overrides or {},
         secret_key=None if password_key is None else password_key.decode("latin-1"), build_cache=build_cache,

@@ -186,6 +186,11 @@ class DeploymentRecord(BaseModel):
     wokeAt: datetime | None = Field(
         default=None, description="When the preview last woke from sleep; null if it never slept"
     )
+    secretsScope: Literal["deployment", "repository"] = Field(
+        default="deployment", description="What the preview's database password and derived secrets are keyed "
+        "by: its repository and deployment id (previews deployed since 0.2), or the deployment id alone (older "
+        "ones: their database volume keeps that password until the preview is closed)"
+    )
 
     @property
     def repository(self) -> str:
