@@ -460,3 +460,78 @@ def test_database_passwords_differ_between_repositories_and_old_previews_keep_th
     assert older.db_password == hmac.new(key, b"acme-web-app-5:db", hashlib.sha256).hexdigest()[:24]
     stored_before = sample_record(5, "acme", "web-app").model_dump(exclude={"secretsScope"})
     assert DeploymentRecord.model_validate(stored_before).secretsScope == "deployment"
+
+
+@pytest.mark.parametrize(("files", "problem"), [
+    ({"image": "3f2a", "pull_policy": "never"}, "image 3f2a is not allowed (an image id"),
+    ({"image": "sha256:3f2a9c1d"}, "image sha256:3f2a9c1d is not allowed (an image id"),
+])
+def test_an_image_id_cannot_stand_for_another_preview_s_image(tmp_path: Path, files: dict, problem: str) -> None:
+    problems = normalized_problems({"services": {"app": files}}, tmp_path, "acme-api-3", "c.yml")
+    assert any(problem in p for p in problems), problems
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "FROM 3f2a\n", "FROM --platform=linux/amd64 sha256:3f2a9c\n",
+    "FROM python:3.12\nCOPY --from=3f2a /app /stolen\n",
+    "FROM python:3.12\nRUN --mount=type=bind,from=beef,target=/s cp -r /s /x\n",
+])
+def test_a_dockerfile_cannot_name_an_image_by_its_id(tmp_path: Path, dockerfile: str) -> None:
+    from orchestrator.rendering.compose_policy import dockerfile_problems
+
+    (tmp_path / "Dockerfile").write_text(dockerfile)
+    [problem] = dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile")
+    assert "may not name an image by its id" in problem
+    # stages by name or index are not images
+    (tmp_path / "Dockerfile").write_text("FROM golang:1.22 AS beef\nFROM python:3.12\nCOPY --from=beef /a /a\n"
+                                         "COPY --from=0 /b /b\nRUN --mount=type=cache,target=/c true\n")
+    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []
+
+
+def test_an_inbox_kept_before_the_newest_event_was_remembered_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "inbox.db"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE pull_request_clock (repository TEXT NOT NULL, pr_number INTEGER NOT NULL, "
+                "updated_at TEXT NOT NULL, PRIMARY KEY (repository, pr_number))")
+    old.commit()
+    old.close()
+    inbox = Inbox(path)
+    assert not inbox.accept(event("opened", "2026-11-26T10:00:00+00:00", "m1")).stale
+    assert inbox.accept(event("opened", "2026-11-26T10:00:00+00:00", "m2")).stale
+    inbox.close()
+
+
+@pytest.mark.docker
+def test_only_images_the_service_built_are_counted_or_removed_by_their_label(tmp_path: Path) -> None:
+    """A pulled image carries whatever labels its publisher chose: one labelled with another preview's id (or a
+    name like an unrelated compose project's) must neither be swept at start-up nor removed with that preview."""
+    import subprocess
+
+    from orchestrator.common.labels import DEPLOYMENT_LABEL
+    from orchestrator.runtime.compose_cli import DockerResources
+    from tests.support.standins import require_engine
+
+    require_engine()
+    names = {"forged": "po-test-forged/published:1", "built": "po-build/0123abcd-app"}
+    ids = {}
+    for kind, name in names.items():
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / "Dockerfile").write_text(f"FROM po-standin/base:test\nLABEL {DEPLOYMENT_LABEL}=acme-victim-9"
+                                                    f" kind={kind}\n")
+        subprocess.run(["docker", "build", "-q", "-t", name, str(tmp_path / kind)], check=True, capture_output=True,
+                       timeout=300)
+        ids[kind] = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+    try:
+        docker = DockerResources(HostEnv.for_state_dir(tmp_path))
+        found = docker.labelled("image")
+        assert found.get(ids["built"]) == "acme-victim-9" and ids["forged"] not in found
+        assert docker.remove_labelled("acme-victim-9", None) == []
+        for kind, gone in (("built", True), ("forged", False)):
+            listed = subprocess.run(["docker", "image", "ls", "-q", names[kind]], capture_output=True, text=True,
+                                    check=True).stdout.strip()
+            assert (listed == "") == gone, kind
+    finally:
+        subprocess.run(["docker", "image", "rm", "--force", *names.values()], capture_output=True, timeout=60)

@@ -614,30 +614,36 @@ class Proxy:
         every file put back if the test fails. A closed route is left to its deploy. Returns the ids renewed."""
         changed: dict[Path, bytes] = {}
         renewed = []
-        for slug, pr, deployment_id, subject in routes:
-            path = self.path(slug, pr)
-            try:
-                text = path.read_text()
-            except OSError:
-                continue
-            found = _APP_UPSTREAM.search(text)
-            guarded = "if (!-f " in text
-            if found is None or (guarded and not self.flag_path(slug, pr).exists()):
-                continue
-            wanted = self.route(slug, pr, deployment_id, int(found[2]), found[1], guarded, subject=subject)
-            if wanted != text:
-                changed[path] = text.encode()
-                path.write_text(wanted)
-                renewed.append(deployment_id)
-        if not changed:
-            return []
         try:
-            self._run(self._test, None)
-            self._run(self._reload, None)
-        except ProxyError:
+            for slug, pr, deployment_id, subject in routes:
+                path = self.path(slug, pr)
+                try:
+                    text = path.read_text()
+                except OSError:
+                    continue
+                # the app's address: the first upstream that is not the service (a route's own location comes
+                # before the wake's and the token's, but an app named by host name is not matched at all)
+                found = next((m for m in _APP_UPSTREAM.finditer(text) if f"{m[1]}:{m[2]}" != self.routing.service),
+                             None)
+                guarded = "if (!-f " in text
+                if found is None or (guarded and not self.flag_path(slug, pr).exists()):
+                    continue
+                wanted = self.route(slug, pr, deployment_id, int(found[2]), found[1], guarded, subject=subject)
+                if wanted != text:
+                    changed[path] = text.encode()
+                    tmp = path.with_suffix(".conf.tmp")
+                    tmp.write_text(wanted)
+                    tmp.replace(path)
+                    renewed.append(deployment_id)
+            if changed:
+                self._run(self._test, None)
+                self._run(self._reload, None)
+        except (ProxyError, OSError):
             for path, previous in changed.items():
                 path.write_bytes(previous)
             raise
+        if not changed:
+            return []
         self._pending.update(changed)
         return renewed
 

@@ -91,6 +91,9 @@ class Inbox:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(pull_request_clock)")}
+            if "last_event" not in columns:  # a clock kept before the newest event was remembered
+                self._db.execute("ALTER TABLE pull_request_clock ADD COLUMN last_event TEXT NOT NULL DEFAULT ''")
         except (OSError, sqlite3.Error) as exc:
             raise InboxError(f"Event inbox {path} cannot be opened: {exc}") from exc
         self._lock = threading.Lock()

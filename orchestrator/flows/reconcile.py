@@ -117,7 +117,7 @@ class Reconciler:
         """Routes written by an older version, rewritten as today's (docs/security.md, "Between previews"): the
         rules of a route hold for the previews that were running before the upgrade too, without a push."""
         routes = [(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in data.deployments.values()
-                  if r.status in ("running", "sleeping", "failed")]
+                  if r.status in ("running", "sleeping", "failed", "building")]  # open routes only: Proxy.renew
         renewed = self._quietly(lambda: self.c.proxy.renew(routes)) or []
         if renewed:
             log.warning("rewrote %d nginx routes written by an older version: %s", len(renewed), ", ".join(renewed))

@@ -12,6 +12,7 @@ Each refusal names the service and the option, so the author knows what to chang
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,9 @@ def _service_problems(name: str, service: dict[str, Any], services: dict[str, An
     image = str(service.get("image") or "")
     if _names_built_images(image):
         problems.append(f"image {image[:80]} is not allowed ({BUILT_IMAGES}/ holds the images built for previews)")
+    elif IMAGE_ID.fullmatch(image):
+        problems.append(f"image {image[:80]} is not allowed (an image id, or a prefix of one, names whatever image "
+                        "the host has: use a name)")
     if build is not None:
         problems += _build_problems(build, repo_dir)
         if service.get("image"):
@@ -296,6 +300,13 @@ def _bound_problems(service: dict[str, Any]) -> list[str]:
     return problems
 
 
+# An image id or a prefix of one, which Docker resolves against every local image: a built image of another preview
+# too, whatever its name. Refused as `image:`, `FROM`, `COPY --from` and a mount's `from=`.
+IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
+_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
+_FROM_FLAG = re.compile(r"(?:--from=|[\s,]from=)([^\s,]+)", re.IGNORECASE)
+
+
 def dockerfile_problems(path: Path, shown: str) -> list[str]:
     """A repository's Dockerfile may not name the service's namespace of built images (in FROM, `COPY --from`,
     `RUN --mount=from=`, or a build argument's default): another preview's image would be its base or source.
@@ -306,6 +317,13 @@ def dockerfile_problems(path: Path, shown: str) -> list[str]:
         return [f"{shown} cannot be read ({exc.strerror})"]
     if _names_built_images(text):
         return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
+    froms = list(_FROM.finditer(text))
+    # a stage's name or index (`COPY --from=builder`, `--from=0`) is not an image
+    stages = {match[2].lower() for match in froms if match[2]} | {str(index) for index in range(len(froms))}
+    sources = [match[1] for match in froms] + [match[1] for match in _FROM_FLAG.finditer(text)]
+    ids = [source for source in sources if IMAGE_ID.fullmatch(source) and source.lower() not in stages]
+    if ids:
+        return [f"{shown} may not name an image by its id ({ids[0][:20]}: it names whatever image the host has)"]
     return []
 
 

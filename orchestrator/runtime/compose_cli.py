@@ -17,6 +17,7 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 from orchestrator.plugin_api.preview_config import ConfigError
+from orchestrator.plugin_api.types import BUILT_IMAGES
 
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 __all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "Container", "DockerResources"]
@@ -168,14 +169,8 @@ class DockerResources:
         """Resources of `kind` (container, volume, network) carrying the deployment label (or `label`, a
         `key=value` filter): id -> deployment."""
         selector = label or (DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}")
-        if kind == "image":  # `docker image ls` prints no labels: they are asked of each image
-            idents = sorted(set(self._docker(["image", "ls", "--quiet", "--no-trunc", "--filter",
-                                              f"label={selector}"]).split()))
-            if not idents:
-                return {}
-            owners = self._docker(["image", "inspect", "--format",
-                                   f'{{{{index .Config.Labels "{DEPLOYMENT_LABEL}"}}}}', *idents]).splitlines()
-            return dict(zip(idents, owners, strict=False))
+        if kind == "image":
+            return self._built_images(selector)
         if kind == "container":
             argv = ["ps", "--all", "--filter", f"label={selector}", "--format", "{{json .}}"]
         else:
@@ -191,18 +186,49 @@ class DockerResources:
         return found
 
     def remove_labelled(self, deployment_id: str, log: DeploymentLog | None) -> list[str]:
-        """Force-remove every container, network and volume of `deployment_id`; returns what could not go."""
+        """Force-remove every container, network and volume of `deployment_id`, and the images built for it;
+        returns what could not go."""
         problems: list[str] = []
         for kind, remove in (("container", ["rm", "--force", "--volumes"]),
                              ("network", ["network", "rm"]),
-                             ("volume", ["volume", "rm", "--force"]),
-                             ("image", ["image", "rm", "--force"])):  # named by a keyed digest: compose keeps them
+                             ("volume", ["volume", "rm", "--force"])):
             try:
                 for ident in self.labelled(kind, deployment_id):
                     self._docker([*remove, ident], log=log, timeout=120)
             except CommandFailed as exc:
                 problems.append(f"{kind}: {exc}")
+        try:
+            images = [*self.labelled("image", deployment_id), *self._legacy_images(deployment_id)]
+        except CommandFailed as exc:
+            return [*problems, f"image: {exc}"]
+        for image in images:  # each on its own: one that cannot go does not keep the others
+            try:
+                self._docker(["image", "rm", "--force", image], log=log, timeout=120)
+            except CommandFailed as exc:
+                problems.append(f"image: {exc}")
         return problems
+
+    def _built_images(self, selector: str) -> dict[str, str]:
+        """Images the service built (`po-build/…`, a name no repository may give: compose_policy) carrying the
+        label `selector`: id -> deployment. A pulled image may carry any label its publisher chose: never counted.
+        `docker image ls` prints no labels: they are asked of each image."""
+        listed = self._docker(["image", "ls", "--no-trunc", "--filter", f"label={selector}", "--filter",
+                               f"reference={BUILT_IMAGES}/*", "--format", "{{.ID}}"]).split()
+        found: dict[str, str] = {}
+        for ident in sorted(set(listed)):
+            try:
+                found[ident] = self._docker(["image", "inspect", "--format",
+                                             f'{{{{index .Config.Labels "{DEPLOYMENT_LABEL}"}}}}', ident]).strip()
+            except CommandFailed:
+                continue  # removed meanwhile
+        return found
+
+    def _legacy_images(self, deployment_id: str) -> list[str]:
+        """Images built before they were named by a keyed digest: compose's `{deployment id}-{service}`, by that
+        name (and compose's project label, so no image of another kind is taken)."""
+        return sorted(set(self._docker(["image", "ls", "--filter", f"reference={deployment_id}-*", "--filter",
+                                        f"label=com.docker.compose.project={deployment_id}", "--format",
+                                        "{{.Repository}}:{{.Tag}}"]).split()))
 
     def remove_containers(self, label: str) -> list[str]:
         """Force-remove the containers carrying `label` (`key=value`); returns their ids."""
