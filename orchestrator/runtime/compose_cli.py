@@ -199,13 +199,18 @@ class DockerResources:
                 problems.append(f"{kind}: {exc}")
         try:
             images = [*self.labelled("image", deployment_id), *self._legacy_images(deployment_id)]
+            # the images of its earlier builds, untagged by each update's build; any image can carry the label,
+            # so one that cannot go is not the preview's problem
+            replaced = self._docker(["image", "ls", "--quiet", "--no-trunc", "--filter", "dangling=true",
+                                     "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
         except CommandFailed as exc:
             return [*problems, f"image: {exc}"]
-        for image in images:  # each on its own: one that cannot go does not keep the others
+        for image in [*images, *replaced]:  # each on its own: one that cannot go does not keep the others
             try:
                 self._docker(["image", "rm", "--force", image], log=log, timeout=120)
             except CommandFailed as exc:
-                problems.append(f"image: {exc}")
+                if image not in replaced:
+                    problems.append(f"image: {exc}")
         return problems
 
     def _built_images(self, selector: str) -> dict[str, str]:
