@@ -205,12 +205,9 @@ class Inbox:
             "SELECT event_json FROM events WHERE deployment_id = ? AND status IN ('pending', 'running')",
             (event.deployment_id,),
         ).fetchall()
-        def owner(of: PullRequestEvent) -> tuple[str, str]:
-            return of.source, f"{of.repo_owner}/{of.repo_name}".lower()
-
         for (event_json,) in rows:
             other = PullRequestEvent.model_validate_json(event_json)
-            if owner(other) != owner(event):
+            if other.repository != event.repository:
                 raise DeploymentTaken(other.repo_owner, other.repo_name)
 
     def _stale(self, event: PullRequestEvent) -> bool:

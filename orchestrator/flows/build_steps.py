@@ -23,6 +23,7 @@ from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.runtime import RuntimeFailure, app_address, app_address_before_start, seed_database
+from orchestrator.plugin_api.types import RenderContext
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -228,10 +229,7 @@ class BuildSteps:
 
     def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
-        context = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
-                               record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
-                               self.c.settings.build_cache_mounts, repository=event.repository,
-                               secrets_scope=record.secretsScope)
+        context = self._context(event, record)
         try:
             rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
         except ConfigError as exc:
@@ -294,6 +292,13 @@ class BuildSteps:
             return exc.detail
         return "\n".join(output.splitlines()[-TAIL:])
 
+    def _context(self, event: PullRequestEvent, record: DeploymentRecord) -> RenderContext:
+        """What the preview's files are rendered with: the render step's, and the password its output masks."""
+        return make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
+                            record.exposedDbPort, self.c.password_key(), self.c.settings.image_overrides,
+                            self.c.settings.build_cache_mounts, repository=event.repository,
+                            secrets_scope=record.secretsScope)
+
     def keep_output(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                     compose_file: Path) -> None:
         """The last OUTPUT_LINES lines of every container, at most OUTPUT_BYTES, secrets and the database
@@ -303,9 +308,7 @@ class BuildSteps:
         except RuntimeFailure as exc:
             target.log.note(f"container output not kept: {exc.message}")
             return
-        password = make_context(event.repo_owner, event.repo_name, event.pr_number, record.exposedAppPort,
-                                record.exposedDbPort, self.c.password_key(), repository=event.repository,
-                                secrets_scope=record.secretsScope).db_password
+        password = self._context(event, record).db_password
         text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
         target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):\n{text or '(none)'}")
 

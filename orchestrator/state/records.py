@@ -117,7 +117,7 @@ class PullRequestEvent(BaseModel):
     @property
     def repository(self) -> str:
         """The repository's identity (common/naming.py): host, owner and name."""
-        return repository_identity("local" if self.local else CODEHOST, self.repo_owner, self.repo_name)
+        return _repository(self.source, self.repo_owner, self.repo_name)
 
     @property
     def subject(self) -> str:
@@ -129,6 +129,11 @@ class PullRequestEvent(BaseModel):
         """Head repository differs from the base one (or is gone, as when a fork was deleted)."""
         base = f"{self.repo_owner}/{self.repo_name}".lower()
         return (self.head_repo_full_name or "").lower() != base
+
+
+def _repository(source: PreviewSource, owner: str, name: str) -> str:
+    """A preview's repository identity: `local` for `preview-orchestrator up`, else the code host's."""
+    return repository_identity("local" if source == "local" else CODEHOST, owner, name)
 
 
 def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id: str) -> PullRequestEvent:
@@ -195,7 +200,7 @@ class DeploymentRecord(BaseModel):
     @property
     def repository(self) -> str:
         """The repository's identity (common/naming.py): host, owner and name."""
-        return repository_identity("local" if self.source == "local" else CODEHOST, self.repoOwner, self.repoName)
+        return _repository(self.source, self.repoOwner, self.repoName)
 
     @property
     def subject(self) -> str:
@@ -204,8 +209,7 @@ class DeploymentRecord(BaseModel):
 
     def belongs_to(self, event: PullRequestEvent) -> bool:
         """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""
-        return (self.source == event.source
-                and f"{self.repoOwner}/{self.repoName}".lower() == f"{event.repo_owner}/{event.repo_name}".lower())
+        return self.repository == event.repository
 
 
 def foreign_repository_message(deployment_id: str, owner: str, name: str) -> str:
