@@ -31,7 +31,8 @@ from orchestrator.settings import WOKEN_PREFIX, wake_key
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
 from tests.support.handlers import RecordingHandler
-from tests.support.nginx import Nginx, subject_of
+from tests.support.live import wait_until
+from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 from tests.support.payloads import pr_payload, webhook_headers
 from tests.support.records import sample_record, track
 
@@ -78,16 +79,9 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, i
 
 
 @pytest.fixture
-def nginx(tmp_path: Path) -> Iterator[Nginx]:
-    import shutil
-    import tempfile
-
-    directory = Path(tempfile.mkdtemp(prefix="po-between-", dir="/tmp"))  # nginx's workers (nobody) look in
-    directory.chmod(0o755)
-    server = Nginx(directory / "nginx", directory / "routes").start()
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
+def nginx() -> Iterator[Nginx]:
+    with nginx_where_workers_look("po-between-") as server:
+        yield server
 
 
 def routing_for(nginx: Nginx, protection: str) -> Routing:
@@ -385,8 +379,9 @@ def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> Non
         renewed = proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records])
         assert renewed == [attacker_id]  # the victim's route was today's already
         assert path.read_text() == current  # today's route, proxying where it did
-        nginx.wait_settled()
-        assert httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == "attacker's own page"
+        # the reload's new workers take over while the old ones finish (under load, a moment after settling)
+        wait_until(lambda: httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text
+                   == "attacker's own page", timeout=10, message="the renewed route served")
         assert proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records]) == []
     finally:
         attacker_server.shutdown()

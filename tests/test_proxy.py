@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +14,7 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import FlagUnseen, Proxy, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from tests.support.live import wait_until
-from tests.support.nginx import Nginx, subject_of
+from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 
 
 @pytest.fixture
@@ -165,14 +163,8 @@ def test_the_served_wait_tells_the_route_from_nginx_own_404(nginx: Nginx, login_
 
 @pytest.fixture
 def open_nginx() -> Iterator[Nginx]:
-    """nginx with its routes where its workers (nobody) can look, as /etc/nginx/preview-locations is on a host
-    (pytest's temporary directories are private to root)."""
-    directory = Path(tempfile.mkdtemp(prefix="po-routes-", dir="/tmp"))
-    directory.chmod(0o755)
-    server = Nginx(directory / "nginx", directory / "routes").start()
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
+    with nginx_where_workers_look() as server:
+        yield server
 
 
 def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstream: int) -> None:

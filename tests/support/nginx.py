@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -108,3 +112,17 @@ class Nginx:
 def subject_of(deployment_id: str, repository: str = "github/acme/api") -> str:
     """What a route's wake key and a preview's tokens are signed for: a repository's preview (common/naming.py)."""
     return preview_subject(repository, deployment_id)
+
+
+@contextmanager
+def nginx_where_workers_look(prefix: str = "po-routes-") -> Iterator[Nginx]:
+    """nginx with its routes where its workers (nobody) can look, as /etc/nginx/preview-locations is on a host
+    (pytest's temporary directories are private to root); removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    directory.chmod(0o755)
+    server = Nginx(directory / "nginx", directory / "routes").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
