@@ -150,10 +150,16 @@ class Settings(PluginSettings):
                                 pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
     swarm_registry_scheme: Literal["https", "http"] = "https"
     swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    # The registry's garbage collection (runtime/swarm_gc.py), run as an argument list on this host every
+    # SWARM_REGISTRY_GC_INTERVAL_SECONDS (0: never); empty: the operator collects (docs/scaling.md).
+    swarm_registry_gc_command: str = Field(default="", max_length=1000)
+    swarm_registry_gc_interval_seconds: float = Field(default=86400.0, ge=0)
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
+    # A cleanup that left something behind (a swarm node down) keeps its record and is tried again this often.
+    cleanup_retry_interval_seconds: float = Field(default=300.0, gt=0)
     # How often running previews are checked with the runtime for a loss it can see (a swarm node that left).
     runtime_watch_interval_seconds: float = Field(default=30.0, gt=0)
     # Sleep (docs/routing.md): a running preview no request reached through nginx for this many minutes has its
@@ -199,11 +205,23 @@ class Settings(PluginSettings):
             engines[node] = host
         return engines
 
+    @field_validator("event_handler")
+    @classmethod
+    def _handler(cls, value: str) -> str:
+        """The default as 0.1's layout spelled it, which an operator may have written down, is the default."""
+        return "orchestrator.flows:DeployEngine" if value == "orchestrator.engine:DeployEngine" else value
+
     @field_validator("proxy_test_command", "proxy_reload_command")
     @classmethod
     def _command(cls, value: str) -> str:
         if not shlex.split(value):
             raise ValueError("must name a program")
+        return value
+
+    @field_validator("swarm_registry_gc_command")
+    @classmethod
+    def _optional_command(cls, value: str) -> str:
+        shlex.split(value)  # quotes that do not close are refused here, not at the first collection
         return value
 
     @field_validator("allowed_repos", mode="before")

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.adapters.nginx import APP_HEADER_RULE
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.ttl import TtlScheduler
@@ -194,7 +195,8 @@ def test_cleanup_finishes_when_everything_is_already_gone(make_settings, codehos
     assert engine.store.read() == StoreFile()
 
 
-def test_cleanup_reports_what_it_left_removes_the_rest_and_keeps_the_record(make_settings, codehost) -> None:  # noqa: ANN001
+def test_cleanup_reports_what_it_left_removes_the_rest_keeps_the_record_and_is_retried(make_settings, codehost,  # noqa: ANN001
+                                                                                       tmp_path: Path) -> None:
     require_engine()
     engine = make_engine(make_settings, codehost, proxy_reload_command="false")
     seed(engine, record(5))
@@ -211,11 +213,23 @@ def test_cleanup_reports_what_it_left_removes_the_rest_and_keeps_the_record(make
     assert kept.deployments["acme-api-5"].status == "failed"
     assert kept.deployments["acme-api-5"].error.startswith("Cleanup incomplete: proxy")
     assert "acme-api-5" in kept.portAllocations
+    # The cleanup is queued again by the retry (once while it waits), and finishes once nginx reloads again.
     reloads = engine.settings.deployments_dir.parent / "reloads"
     retry = make_engine(make_settings, codehost, proxy_reload_command=f"sh -c 'echo reload >> {reloads}'")
-    retry.handle(event("closed", 5))
+    inbox = Inbox(tmp_path / "inbox.sqlite3")
+
+    async def check_twice() -> tuple[int, int]:
+        scheduler = CleanupRetryScheduler(retry.unfinished_cleanups, inbox, Dispatcher(inbox, retry, 1), 300)
+        return await scheduler.check(), await scheduler.check(datetime.now(UTC) + timedelta(seconds=300))
+
+    assert asyncio.run(check_twice()) == (1, 0)
+    claimed = inbox.claim_next([])
+    assert claimed is not None and (claimed.event.action, claimed.event.deployment_id) == ("closed", "acme-api-5")
+    assert inbox.claim_next([]) is None
+    retry.handle(claimed.event)
     assert retry.store.read() == StoreFile()
     assert reloads.read_text() == "reload\n"  # nginx may still serve the route the failed reload kept
+    assert retry.unfinished_cleanups() == []
 
 
 @pytest.mark.parametrize("head_repo", ["stranger/api", None])

@@ -73,6 +73,8 @@ def test_public_url_falls_back_to_preview_base_url(public, base, expected) -> No
         ({"webhook_processing": "later"}, "WEBHOOK_PROCESSING is not valid"),
         ({"max_concurrent_builds": "0"}, "MAX_CONCURRENT_BUILDS is not valid"),
         ({"preview_base_url": "ftp://x"}, "PREVIEW_BASE_URL is not valid"),
+        ({"swarm_registry_gc_command": "docker-registry garbage-collect 'unclosed"},
+         "SWARM_REGISTRY_GC_COMMAND is not valid"),
     ],
 )
 def test_malformed_values_name_the_variable(overrides: dict[str, str], variable: str) -> None:
@@ -117,3 +119,9 @@ def test_version_flag() -> None:
     )
     assert result.stdout.strip() == "preview-orchestrator 0.1.0"
 
+
+
+def test_the_event_handler_as_the_old_layout_spelled_it_is_the_default() -> None:
+    settings = _load(codehost_webhook_secret=SECRET_VALUE, event_handler="orchestrator.engine:DeployEngine")
+    assert settings.event_handler == "orchestrator.flows:DeployEngine"
+    assert _load(codehost_webhook_secret=SECRET_VALUE, event_handler="mine:Handler").event_handler == "mine:Handler"

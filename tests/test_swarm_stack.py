@@ -1,19 +1,24 @@
 """The swarm runtime's parts that need no swarm: the compose file turned into a stack file (and what is
-refused), the settings, task states read as problems, registry names, and the optional `app_address`."""
+refused), the settings, task states read as problems, an update's roll-out, registry names, the registry
+collection's gate, and the optional `app_address`."""
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.plugin_api import app_address
-from orchestrator.runtime.swarm_cli import Task
+from orchestrator.common.flow_control import unlimited
+from orchestrator.plugin_api import RuntimeFailure, app_address
+from orchestrator.runtime.swarm_cli import SwarmNode, Task
+from orchestrator.runtime.swarm_gc import PushGate
 from orchestrator.runtime.swarm_registry import Registry
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
-from orchestrator.runtime.swarm_tasks import task_problem
+from orchestrator.runtime.swarm_tasks import await_rollout, task_problem
 from orchestrator.settings import SettingsError
 from tests.conftest import SettingsFactory
 from tests.support.nginx import subject_of
@@ -156,6 +161,82 @@ def test_a_failed_task_of_an_earlier_attempt_is_not_this_attempts_problem() -> N
     assert task_problem("app", [task("failed", error="task: non-zero exit (3)")], {"t1"}) is None
 
 
+class ScriptedTasks:
+    """A SwarmCli whose `stack ps` answers one list of tasks after another (the last one from then on)."""
+
+    def __init__(self, *answers: list[Task], down: str = "") -> None:
+        self.answers = list(answers)
+        self.asked = 0
+        self.down = down
+
+    def nodes(self) -> list[SwarmNode]:
+        return [SwarmNode(name, name, False, "down" if name == self.down else "ready", "active", "10.0.0.1")
+                for name in ("w1", "w2")]
+
+    def tasks(self, stack: str) -> list[Task]:
+        self.asked += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_an_update_is_awaited_until_no_task_of_before_runs() -> None:
+    """stop-first: the old task still runs, then stops, then the new one starts; only then is it rolled out."""
+    old = task("running", "running", ident="old")
+    cli = ScriptedTasks([old], [task("running", "shutdown", ident="old")],
+                        [task("shutdown", ident="old"), task("starting", "running", ident="new")],
+                        [task("shutdown", ident="old"), task("running", "running", ident="new")])
+    await_rollout(cli, DEP, ["app"], {"old"}, unlimited())  # type: ignore[arg-type]
+    assert cli.asked == 4
+
+
+def test_a_task_of_before_on_a_node_that_is_down_is_not_waited_for() -> None:
+    """A down node's task keeps the state it had (running): the preview moved; its new task is what counts."""
+    stale = Task("old", "app", "w2", "shutdown", "running", "")
+    cli = ScriptedTasks([stale, task("running", "running", ident="new", node="w1")], down="w2")
+    await_rollout(cli, DEP, ["app"], {"old"}, unlimited())  # type: ignore[arg-type]
+    assert cli.asked == 1
+
+
+def test_an_update_whose_new_task_fails_fails_the_start() -> None:
+    cli = ScriptedTasks([task("shutdown", ident="old"), task("failed", error="task: non-zero exit (2)", ident="new")])
+    with pytest.raises(RuntimeFailure, match="Containers failed to start") as failure:
+        await_rollout(cli, DEP, ["app"], {"old"}, unlimited())  # type: ignore[arg-type]
+    assert failure.value.detail == "app exited with code 2"
+
+
+def test_a_registry_collection_waits_for_pushes_and_later_pushes_wait_for_it() -> None:
+    gate, order = PushGate(), []
+    pushing, collect_waits = threading.Event(), threading.Event()
+
+    def push(name: str, hold: threading.Event | None = None) -> None:
+        with gate.pushing():
+            order.append(f"{name} pushes")
+            if hold is not None:
+                pushing.set()
+                hold.wait(5)
+
+    def collect() -> None:
+        collect_waits.set()
+        with gate.collecting():
+            order.append("collects")
+
+    release = threading.Event()
+    first = threading.Thread(target=push, args=("first", release))
+    first.start()
+    pushing.wait(5)
+    collector = threading.Thread(target=collect)
+    collector.start()
+    collect_waits.wait(5)
+    time.sleep(0.1)
+    later = threading.Thread(target=push, args=("later",))
+    later.start()
+    time.sleep(0.1)
+    assert order == ["first pushes"]  # the collection waits for the push; the later push for the collection
+    release.set()
+    for thread in (first, collector, later):
+        thread.join(5)
+    assert order == ["first pushes", "collects", "later pushes"]
+
+
 def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:
     registry = Registry("reg.example:5000/previews", "https")
     assert registry.reference(DEP, "app", "abc") == f"reg.example:5000/previews/{DEP}/app:abc"
@@ -197,3 +278,24 @@ def test_the_route_proxies_to_the_host_the_runtime_names(tmp_path: Path) -> None
     assert "proxy_pass http://127.0.0.1:8003/;" in proxy.route("acme-api", 3, DEP, 8003, subject=subject_of(DEP))
     proxy.install("acme-api", 3, DEP, 8003, None, host="10.1.0.12", subject=subject_of(DEP))
     assert "proxy_pass http://10.1.0.12:8003/;" in proxy.path("acme-api", 3).read_text()
+
+
+def test_a_swarm_route_hands_the_update_gap_to_the_service(tmp_path: Path) -> None:
+    """Stop-first updates leave a moment when nothing answers on the app's port: the route sends nginx's 502/504
+    to the service (which says "being updated" while the deploy runs); nothing is logged for sleep, which a
+    swarm preview never does."""
+    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.adapters.nginx import Proxy, Routing
+    from orchestrator.plugin_api.runtime import updates_leave_gap
+    from orchestrator.runtime.swarm import SwarmRuntime
+
+    assert updates_leave_gap(SwarmRuntime.__new__(SwarmRuntime))
+    routing = Routing(hand_off=True, wake_key=tmp_path / "wake.key")
+    route = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path), routing=routing).route(
+        "acme-api", 3, DEP, 8003, "10.1.0.12", subject=subject_of(DEP))
+    assert f"error_page 502 504 = @preview-wake-{DEP};" in route
+    assert f"rewrite ^ /api/preview-wake/{DEP}? break;" in route
+    assert "access_log" not in route
+    plain = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path)).route("acme-api", 3, DEP, 8003,
+                                                                                  subject=subject_of(DEP))
+    assert "error_page 502" not in plain and "preview-wake" not in plain

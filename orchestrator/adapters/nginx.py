@@ -153,11 +153,13 @@ DENIED_PAGE = ("<!doctype html><title>Preview protected</title><h1>This preview 
                "the link in the pull request's comment. The link expires; a new push renews it.</p>")
 
 # Sleep: the requests that reach the app (or wake it: an upstream was asked; never a request the protection turned
-# away) are logged to the activity file, whose time is the preview's last request. nginx's own 502/504 — nothing
-# listens on the app's port, the preview sleeps — goes to the wake location, inside the route: the protection has
-# already let the request through.
-SLEEP_LINES = """    access_log {activity} combined if=$upstream_addr;
-    error_page 502 504 = @preview-wake-{deployment_id};
+# away) are logged to the activity file, whose time is the preview's last request.
+ACTIVITY_LINE = """    access_log {activity} combined if=$upstream_addr;
+"""
+# nginx's own 502/504 — nothing listens on the app's port: the preview sleeps, or an update stopped the old app
+# before the new one started — goes to the wake location, inside the route (the protection has already let the
+# request through): the service wakes a sleeping preview, and says "being updated" while a deploy runs.
+HAND_OFF_LINE = """    error_page 502 504 = @preview-wake-{deployment_id};
 """
 
 # The wake location asks the service (GET, no body, no cookies or credentials of the reviewer, the route's key,
@@ -183,13 +185,11 @@ WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
     proxy_read_timeout 120s;
     add_header X-Preview-Deployment {deployment_id} always;
     add_header Cache-Control no-store always;
-    access_log {activity} combined;
-}}
+{activity_log}}}
 location {woken}/ {{
     internal;
     proxy_pass http://{app_host}:{port}/;
-{app_extra}{proxied}    access_log {activity} combined;
-}}
+{app_extra}{proxied}{activity_log}}}
 """
 # The path route's own handling of the prefix, for the app's location of the wake (the same lines as PATH_LOCATION's).
 WAKE_PATH_LINES = r"""    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
@@ -256,11 +256,15 @@ class Routing:
     token_key: Path | None = None
     token_ttl_hours: float = 168.0
     sleep: bool = False  # PREVIEW_IDLE_MINUTES and a runtime that can wake: routes log activity and wake the app
+    # The runtime's updates stop the old app before the new one answers (the swarm): nginx's 502/504 go to the
+    # service (the wake location), which says "being updated" while a deploy runs. Always so with `sleep`.
+    hand_off: bool = False
     wake_key: Path | None = None  # the key of the wake location's X-Preview-Wake-Key (settings.wake_key)
 
     @classmethod
-    def from_settings(cls, settings: Settings, sleep: bool = False) -> Routing:
-        """`sleep`: previews may sleep (PREVIEW_IDLE_MINUTES set, and the runtime can wake them)."""
+    def from_settings(cls, settings: Settings, sleep: bool = False, hand_off: bool = False) -> Routing:
+        """`sleep`: previews may sleep (PREVIEW_IDLE_MINUTES set, and the runtime can wake them); `hand_off`: the
+        runtime's updates leave a moment when the app does not answer."""
         host = settings.orchestrator_host if settings.orchestrator_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
         return cls(mode=settings.preview_routing, domain=settings.preview_domain or "localhost",
                    tls_cert=settings.preview_tls_cert, tls_key=settings.preview_tls_key,
@@ -269,7 +273,7 @@ class Routing:
                    service=f"[{host}]:{settings.orchestrator_port}" if ":" in host else
                    f"{host}:{settings.orchestrator_port}",
                    token_key=settings.preview_token_key_path, token_ttl_hours=settings.preview_token_ttl_hours,
-                   sleep=sleep, wake_key=settings.preview_wake_key_path)
+                   sleep=sleep, hand_off=hand_off, wake_key=settings.preview_wake_key_path)
 
     @property
     def tls(self) -> bool:
@@ -293,12 +297,12 @@ class Proxy:
         self._guarded: dict[Path, bool] = {}  # whether a route's file, as written, checks its flag
 
     @classmethod
-    def for_settings(cls, settings: Settings, env: HostEnv, sleep: bool = False) -> Proxy:
+    def for_settings(cls, settings: Settings, env: HostEnv, sleep: bool = False, hand_off: bool = False) -> Proxy:
         """The service's proxy. With PREVIEW_PROTECTION_USERS, the users file is rewritten at once, so that a
-        restart with other credentials applies them to the previews already running. `sleep`: Routing's."""
+        restart with other credentials applies them to the previews already running. `sleep`, `hand_off`: Routing's."""
         proxy = cls(settings.proxy_config_dir, settings.proxy_test_command, settings.proxy_reload_command, env,
                     urlsplit(settings.preview_base_url or "http://localhost").netloc, settings.proxy_listen_port,
-                    Routing.from_settings(settings, sleep))
+                    Routing.from_settings(settings, sleep, hand_off))
         try:
             proxy.write_users_file()
         except (ProxyError, OSError) as exc:  # said again by the first deploy, which fails on it
@@ -342,13 +346,15 @@ class Proxy:
         proxied = PROXIED.format(deployment_id=deployment_id)
         public_name = re.escape(self._public_host.rsplit(":", 1)[0])
         sleep = ""
-        if routing.sleep:
+        if routing.sleep or routing.hand_off:
             activity = self.activity_path(slug, pr)
-            sleep = SLEEP_LINES.format(activity=activity, deployment_id=deployment_id)
+            sleep = (ACTIVITY_LINE.format(activity=activity) if routing.sleep else "") + \
+                HAND_OFF_LINE.format(deployment_id=deployment_id)
             path_mode = routing.mode == "path"
             extra += WAKE_LOCATIONS.format(
                 deployment_id=deployment_id, service=routing.service, key=self._wake_key(subject),
-                activity=activity, app_host=app_host, port=port, proxied=proxied,
+                activity_log=f"    access_log {activity} combined;\n" if routing.sleep else "",
+                app_host=app_host, port=port, proxied=proxied,
                 woken=WOKEN_PREFIX + deployment_id,
                 app_extra=WAKE_PATH_LINES.format(slug=slug, pr=pr, port=port, public_name=public_name)
                 if path_mode else "")

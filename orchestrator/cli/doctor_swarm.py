@@ -1,15 +1,17 @@
 """`doctor`'s checks of a Docker Swarm (RUNTIME=swarm): this engine is a manager, the nodes are ready, the
-registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, and every node's engine can pull from
-the registry."""
+registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, every node's engine can pull from the
+registry, and when the registry's garbage collection last ran."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.cli.doctor import Check
 from orchestrator.runtime.swarm_cli import SwarmCli
+from orchestrator.runtime.swarm_gc import last_run
 from orchestrator.runtime.swarm_registry import Registry
 from orchestrator.settings import Settings
 
@@ -18,7 +20,26 @@ def swarm_probes(settings: Settings, env: HostEnv) -> list[Callable[[], Check]]:
     cli = SwarmCli(env, settings.swarm_node_engines, timeout=30)
     registry = Registry(settings.swarm_registry, settings.swarm_registry_scheme)
     return [lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry),
-            lambda: _node_engines(cli, settings.swarm_node_engines), lambda: _registry_from_nodes(cli, registry)]
+            lambda: _node_engines(cli, settings.swarm_node_engines), lambda: _registry_from_nodes(cli, registry),
+            lambda: _garbage_collection(settings)]
+
+
+def _garbage_collection(settings: Settings) -> Check:
+    name = "registry garbage collection (SWARM_REGISTRY_GC_COMMAND)"
+    if not settings.swarm_registry_gc_command.strip() or settings.swarm_registry_gc_interval_seconds == 0:
+        return Check(name, False, "not run by the service: closed previews' tags are deleted, their layers stay",
+                     "set SWARM_REGISTRY_GC_COMMAND to the registry's garbage-collect command (docs/scaling.md), "
+                     "or run it on the registry's host on a schedule of yours")
+    every = f"every {settings.swarm_registry_gc_interval_seconds / 3600:g} h"
+    run = last_run(settings.state_dir)
+    if run is None:
+        return Check(name, True, f"{every}; not run yet")
+    ago = (datetime.now(UTC) - run.at).total_seconds() / 3600
+    when = f"last ran {run.at.isoformat(timespec='seconds')} ({ago:.1f} h ago, {run.seconds:.1f} s)"
+    if not run.ok:
+        return Check(name, False, f"{every}; {when} and failed: {run.detail}",
+                     "run the command by hand on the registry's host and fix what it says")
+    return Check(name, True, f"{every}; {when}")
 
 
 def _manager(cli: SwarmCli) -> Check:

@@ -14,11 +14,14 @@ from orchestrator.events.periodic import Periodic
 
 
 class RuntimeWatch(Periodic):
+    """Also the registry's garbage collection (SWARM_REGISTRY_GC_INTERVAL_SECONDS), under its own name."""
+
     name = "runtime watch"
 
-    def __init__(self, check: Callable[[], int], interval: float) -> None:
+    def __init__(self, check: Callable[[], object], interval: float, name: str | None = None) -> None:
         super().__init__(interval)
         self._check = check
+        self.name = name or self.name
 
-    async def check(self) -> int:
+    async def check(self) -> object:
         return await asyncio.to_thread(self._check)

@@ -1,5 +1,6 @@
 """The cleanup flow: remove everything of a deployment, going on past failures. The record and its ports are
-forgotten only once nothing is left; otherwise the record stays (failed, with what is left) for a retry."""
+forgotten only once nothing is left; otherwise the record stays (failed, with what is left) and the cleanup is
+tried again every CLEANUP_RETRY_INTERVAL_SECONDS (events/cleanup_retry.py) until it finishes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 log = logging.getLogger("orchestrator.flows.cleanup")
+INCOMPLETE = "Cleanup incomplete: "  # starts the error of a record whose cleanup is retried (events/cleanup_retry.py)
 
 
 class CleanupFlow:
@@ -43,7 +45,7 @@ class CleanupFlow:
             problems.append(f"proxy: {exc}")
         self.c.metrics.cleanups.labels("failure" if problems else "success").inc()
         if problems:
-            message = "Cleanup incomplete: " + "; ".join(problems)
+            message = INCOMPLETE + "; ".join(problems)
             for problem in problems:
                 log.error("cleanup: %s", problem, extra=extra)
             set_fields(self.c.store, event.deployment_id, touch=False, status="failed", error=message)

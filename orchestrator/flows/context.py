@@ -17,7 +17,7 @@ from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime, can_sleep
+from orchestrator.plugin_api.runtime import Runtime, can_sleep, updates_leave_gap
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
@@ -63,7 +63,8 @@ class FlowContext:
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
                        Mirrors(settings.state_dir / "mirrors"))
         # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: nginx.py
-        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and can_sleep(runtime))
+        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and can_sleep(runtime),
+                                        hand_off=updates_leave_gap(runtime))
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))

@@ -6,6 +6,8 @@
                   → sleep.py (sleep, wake: the service's own events, PREVIEW_IDLE_MINUTES)
     startup(...)  → reconcile.py (once, before the first event)    expired(now) → reconcile.py (the TTL)
     watch()       → reconcile.py (running previews the runtime reports lost)
+    unfinished_cleanups() → reconcile.py (records a cleanup left behind: cleaned up again)
+    collect_garbage() → the runtime's (the swarm registry's garbage collection)
     idle(now)     → sleep.py (running previews no request reached for PREVIEW_IDLE_MINUTES)
 """
 
@@ -24,6 +26,7 @@ from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.runtime import collect_garbage
 from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
@@ -78,6 +81,12 @@ class DeployEngine:
 
     def watch(self) -> int:
         return self.reconciler.report_lost()
+
+    def unfinished_cleanups(self) -> list[DeploymentRecord]:
+        return self.reconciler.unfinished_cleanups()
+
+    def collect_garbage(self) -> bool:
+        return collect_garbage(self.runtime)
 
     def password_key(self) -> bytes:
         return self.context.password_key()

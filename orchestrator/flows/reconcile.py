@@ -14,6 +14,7 @@ from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ACTIVITY_DIR, OPEN_DIR, ProxyError
 from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
+from orchestrator.flows.cleanup import INCOMPLETE
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.records import mark_lost, set_fields
 from orchestrator.flows.reporting import Reporter
@@ -62,6 +63,11 @@ class Reconciler:
             return []
         cutoff = now - timedelta(days=self.c.settings.cleanup_ttl_days)
         return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff]
+
+    def unfinished_cleanups(self) -> list[DeploymentRecord]:
+        """Previews whose cleanup left something behind (the record says what): to be cleaned up again."""
+        return [r for r in self.c.store.read().deployments.values()
+                if r.status == "failed" and (r.error or "").startswith(INCOMPLETE)]
 
     def report_lost(self) -> int:
         """Running previews the runtime knows to be gone (a swarm node that left): failed, with the reason in the

@@ -9,6 +9,7 @@ from typing import Any
 import falcon.asgi
 import swagger_ui_bundle
 
+from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.sleep import SleepScheduler
@@ -36,8 +37,9 @@ log = logging.getLogger("orchestrator")
 
 
 class Lifespan:
-    """Start-up: reconcile, start the dispatcher, the TTL scheduler, the runtime watch and (PREVIEW_IDLE_MINUTES)
-    the sleep check; shutdown: stop them (ASGI lifespan)."""
+    """Start-up: reconcile, start the dispatcher, the TTL scheduler, the runtime watch, the cleanup retry, the
+    registry's garbage collection and (PREVIEW_IDLE_MINUTES) the sleep check; shutdown: stop them (ASGI
+    lifespan)."""
 
     def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
         self._dispatcher = dispatcher
@@ -47,6 +49,8 @@ class Lifespan:
         self._ttl: TtlScheduler | None = None
         self._watch: RuntimeWatch | None = None
         self._sleep: SleepScheduler | None = None
+        self._retry: CleanupRetryScheduler | None = None
+        self._gc: RuntimeWatch | None = None
 
     async def process_startup(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
         startup = getattr(self._handler, "startup", None)
@@ -65,6 +69,16 @@ class Lifespan:
         if watch is not None:  # running previews a runtime reports lost (a swarm node that left)
             self._watch = RuntimeWatch(watch, self._settings.runtime_watch_interval_seconds)
             self._watch.start()
+        unfinished = getattr(self._handler, "unfinished_cleanups", None)
+        if unfinished is not None:  # cleanups that left something behind (a swarm node down) are tried again
+            self._retry = CleanupRetryScheduler(unfinished, self._inbox, self._dispatcher,
+                                                self._settings.cleanup_retry_interval_seconds)
+            self._retry.start()
+        collect = getattr(self._handler, "collect_garbage", None)
+        if collect is not None and self._settings.swarm_registry_gc_interval_seconds > 0:
+            self._gc = RuntimeWatch(collect, self._settings.swarm_registry_gc_interval_seconds,
+                                    "registry garbage collection")
+            self._gc.start()
         idle = getattr(self._handler, "idle", None)
         if idle is not None and self._settings.idle_seconds > 0:  # previews no request reached for a while
             self._sleep = SleepScheduler(idle, self._inbox, self._dispatcher,
@@ -78,6 +92,10 @@ class Lifespan:
             await self._watch.stop()
         if self._sleep:
             await self._sleep.stop()
+        if self._retry:
+            await self._retry.stop()
+        if self._gc:
+            await self._gc.stop()
         await self._dispatcher.stop()
 
 

@@ -17,7 +17,10 @@ good (their swarm node left); the service marks them failed (see `lost_previews`
 preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (see `can_sleep` below). And
 `seed_database(deployment_id, compose_file, seed, log, control)`, called before `start_dependencies` of a compose
 file generated from the plugins whose database has a DatabaseSeed: it may create the database's volume from a
-seed (see `seed_database` below); without it every database initialises itself.
+seed (see `seed_database` below); without it every database initialises itself. And `collect_garbage()`, run
+every SWARM_REGISTRY_GC_INTERVAL_SECONDS, which frees what closed previews left in the runtime's storage (see
+`collect_garbage` below). And the attribute `updates_leave_gap = True` for a runtime whose update stops the old app
+before the new one answers (see `updates_leave_gap` below).
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ class Runtime(Protocol):
         another thread; doing nothing is a correct answer (`start` starts everything)."""
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """Create or update the deployment's containers and start them; return once they are started."""
+        """Create or update the deployment's containers and start them; return once they are started and
+        nothing of before still runs: the health check that follows must be answered by what was deployed now."""
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         """Stop the deployment's containers, keeping them and their data (a failed deploy, a preview that goes
@@ -134,6 +138,20 @@ def lost_previews(runtime: Runtime, deployment_ids: list[str]) -> dict[str, str]
     if method is None or not deployment_ids:
         return {}
     return {str(key): str(value) for key, value in method(deployment_ids).items()}
+
+
+def collect_garbage(runtime: Runtime) -> bool:
+    """Let the runtime free the space of what closed previews left in its storage (the swarm's registry); False
+    when it has nothing to collect (no `collect_garbage`, or it is not configured to)."""
+    method = getattr(runtime, "collect_garbage", None)
+    return method is not None and method() is not None
+
+
+def updates_leave_gap(runtime: Runtime) -> bool:
+    """Whether an update stops the old app before the new one answers (the runtime's `updates_leave_gap = True`,
+    as the swarm's stop-first updates do): its routes then hand nginx's 502/504 to the service, which answers
+    "being updated" instead of an error while the deploy runs."""
+    return bool(getattr(runtime, "updates_leave_gap", False))
 
 
 def can_sleep(runtime: Runtime) -> bool:

@@ -14,6 +14,7 @@ whose node is gone moves to another node on its next deploy, with an empty datab
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,10 +30,18 @@ from orchestrator.plugin_api import ConfigError, RuntimeFailure, RuntimeSpec, ho
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm_gc import GcRun, PushGate, collect
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_removal import remove_deployment
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
-from orchestrator.runtime.swarm_tasks import PENDING, STUCK_SECONDS, await_services, node_lost, task_problem
+from orchestrator.runtime.swarm_tasks import (
+    PENDING,
+    STUCK_SECONDS,
+    await_rollout,
+    await_services,
+    node_lost,
+    task_problem,
+)
 from orchestrator.settings import Settings
 
 NAME = "swarm"
@@ -52,14 +61,21 @@ def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
         return None
     return SwarmRuntime(Registry(settings.swarm_registry, settings.swarm_registry_scheme),
                         settings.swarm_node_engines, settings.compose_timeout_seconds,
-                        HostEnv.for_state_dir(settings.state_dir))
+                        HostEnv.for_state_dir(settings.state_dir), shlex.split(settings.swarm_registry_gc_command),
+                        settings.state_dir)
 
 
 class SwarmRuntime:
     name = NAME
+    updates_leave_gap = True  # stop-first: a host-mode port cannot be held by the old and the new task
 
-    def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv) -> None:
+    def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv,
+                 gc_command: list[str] | None = None, state_dir: Path | None = None) -> None:
         self.registry = registry
+        self._env = env
+        self._gc_command = gc_command or []
+        self._state_dir = state_dir
+        self._gate = PushGate()  # pushes share it; the registry's garbage collection holds it alone
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
         self.cli = SwarmCli(env, node_engines, timeout)
@@ -102,12 +118,25 @@ class SwarmRuntime:
             for note in plan.notes:
                 log.note(note)
             log.note(f"the preview runs on node {node.hostname} ({node.address})")
-            self._baseline[deployment_id] = {task.id for task in self.cli.tasks(deployment_id)}
+            tasks = self.cli.tasks(deployment_id)
+            self._baseline[deployment_id] = {task.id for task in tasks}
             self._started[deployment_id] = time.monotonic()
             self._address[deployment_id] = node.address
+            services = self.cli.services(f"{STACK_LABEL}={deployment_id}")
+            before = self._specs(deployment_id, services)
+            # Services whose task ended and will not be restarted (restart "no", its node stopped meanwhile): a
+            # deploy that changes nothing of them would leave them down, so they are given a new task. (One scaled
+            # to zero gets one from the deploy: the stack file says one replica.)
+            ended = {name for name, service in zip(before, services, strict=True) if _replicas(service) > 0
+                     and not any(task.service == name and task.desired == "running" for task in tasks)}
             # Not in the checkout: a file of the pull request's must never be where the service writes.
             with tempfile.TemporaryDirectory(prefix="po-stack-") as scratch:
-                self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control)
+                self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control, before, ended)
+            after = self._specs(deployment_id, self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+            changed = sorted(name for name, spec in after.items() if before.get(name) != spec)
+            if changed:  # `start` returns once the preview is what was deployed: the health check asks the new app
+                log.note(f"waiting for the swarm to replace {', '.join(changed)}")
+                await_rollout(self.cli, deployment_id, changed, self._baseline[deployment_id], control)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
@@ -203,6 +232,13 @@ class SwarmRuntime:
         with _failure("Published ports could not be listed"):
             return self.cli.published_ports()
 
+    def collect_garbage(self) -> GcRun | None:
+        """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND), while no push runs; None when the
+        operator collects it (Runtime's optional `collect_garbage`)."""
+        if not self._gc_command or self._state_dir is None:
+            return None
+        return collect(self._gc_command, self._state_dir, self._gate, self._env)
+
     def remove_leftovers(self, owner_marker: str) -> None:
         with _failure("Containers of the previous run could not be removed"):
             self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
@@ -215,20 +251,27 @@ class SwarmRuntime:
         into the shared mirror (the nodes need nothing but SWARM_REGISTRY)."""
         document = self.compose.normalized(compose_file, deployment_id)
         images: dict[str, str] = {}
-        for name, service in (document.get("services") or {}).items():
-            built = service.get("build") is not None
-            local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
-            ident = self._image_id(local)
-            if ident is None:
-                self.compose.pull(deployment_id, compose_file, name, log, control)
-                ident = self._image_id(local) or ""
-            tag = ident.removeprefix("sha256:")[:12]
-            reference = (self.registry.reference(deployment_id, name, tag) if built
-                         else self.registry.mirror_reference(local, tag))
-            self.cli.docker(["tag", local, reference], log=log)
-            self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
-            images[name] = reference
+        with self._gate.pushing():
+            for name, service in (document.get("services") or {}).items():
+                images[name] = self._push_one(deployment_id, compose_file, name, service, log, control)
         return images
+
+    def _push_one(self, deployment_id: str, compose_file: Path, name: str, service: dict[str, Any],
+                  log: DeploymentLog, control: FlowControl) -> str:
+        """One service's image into the registry: a built one under the deployment, an `image:` one into the
+        shared mirror."""
+        built = service.get("build") is not None
+        local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
+        ident = self._image_id(local)
+        if ident is None:
+            self.compose.pull(deployment_id, compose_file, name, log, control)
+            ident = self._image_id(local) or ""
+        tag = ident.removeprefix("sha256:")[:12]
+        reference = (self.registry.reference(deployment_id, name, tag) if built
+                     else self.registry.mirror_reference(local, tag))
+        self.cli.docker(["tag", local, reference], log=log)
+        self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
+        return reference
 
     @staticmethod
     def _plan(deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
@@ -280,25 +323,49 @@ class SwarmRuntime:
         self._placed[deployment_id] = chosen.id
         return chosen, former
 
+    @staticmethod
+    def _specs(deployment_id: str, services: list[dict[str, Any]]) -> dict[str, Any]:
+        """service -> what its tasks are made from (task template and endpoint), as the swarm has it: a service
+        whose spec a deploy changed gets new tasks. In the order of `services`."""
+        return {service["Spec"]["Name"].removeprefix(f"{deployment_id}_"):
+                (service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec")) for service in services}
+
     def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
-                control: FlowControl) -> None:
+                control: FlowControl, before: dict[str, Any], ended: set[str]) -> None:
         """One `docker stack deploy` per wave; the last one has every service and prunes the ones the compose
-        file no longer has."""
+        file no longer has. A service of `ended` that the deploy did not change (`before`: the specs of before)
+        gets a new task once its wave is deployed; a changed one gets one anyway."""
         for index, wave in enumerate(plan.waves):
             last = index == len(plan.waves) - 1
             stack_file.write_text(dump_compose(plan.document if last else plan.subset(index)), encoding="utf-8")
             self.cli.deploy(deployment_id, stack_file, log, control, prune=last)
+            self._restart_ended(deployment_id, ended & set(wave), before, log)
             awaited = [name for name in wave if name in plan.awaited]
             if not last and awaited:
                 log.note(f"waiting for {', '.join(awaited)} before starting what depends on them")
                 await_services(self.cli, deployment_id, {name: plan.awaited[name] for name in awaited},
                                self._baseline.get(deployment_id, set()), control)
 
+    def _restart_ended(self, deployment_id: str, ended: set[str], before: dict[str, Any],
+                       log: DeploymentLog) -> None:
+        """A new task for each service of `ended` whose spec the deploy left as it was (`before`)."""
+        if not ended:
+            return
+        now = self._specs(deployment_id, self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+        for name in sorted(ended):
+            if now.get(name) == before.get(name):
+                log.note(f"{name}'s task had ended: started again")
+                self.cli.force_update(f"{deployment_id}_{name}", log)
+
     def _node_problem(self, deployment_id: str) -> str | None:
         pinned = self._pinned(deployment_id)[0]
         if pinned is None:
             return None
         return node_lost(pinned, {node.id: node for node in self.cli.nodes()})
+
+
+def _replicas(service: dict[str, Any]) -> int:
+    return int(((service["Spec"].get("Mode") or {}).get("Replicated") or {}).get("Replicas") or 0)
 
 
 @contextmanager

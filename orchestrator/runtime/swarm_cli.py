@@ -110,6 +110,10 @@ class SwarmCli:
                      *(["--prune"] if prune else []), "--compose-file", str(stack_file), stack],
                     log=log, timeout=self._timeout, control=control)
 
+    def force_update(self, service: str, log: DeploymentLog | None) -> None:
+        """A new task for the service, its spec unchanged (`--force`)."""
+        self.docker(["service", "update", "--detach", "--force", service], log=log, timeout=120)
+
     def remove_stack(self, stack: str) -> None:
         self.docker(["stack", "rm", stack], timeout=120)
 

@@ -2,36 +2,65 @@
 secrets) on the manager; containers, volumes and pulled images on the nodes, through their own engines (only a
 node's engine removes its volumes); the images built and tagged on the manager; the registry's tags.
 
-It goes on past failures and returns what is left, in words: the cleanup flow keeps the record (failed) for a
-retry while anything is. A node that is down keeps what it holds until it is back; it is named then.
+It goes on past failures and returns what is left, in words: the cleanup flow keeps the record (failed) and tries
+again (events/cleanup_retry.py) while anything is. A node the preview ran on that is down (or whose engine does
+not answer) keeps what it holds until it is back: the stack's services then stay, scaled to zero, because their
+labels are what says which nodes hold the preview's volumes — removed, a retry would find nothing to wait for and
+forget the record while the volumes stay. A node that left the swarm for good (`docker node rm`) is no longer the
+swarm's: what it held is logged, and does not keep the record.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.common.labels import DEPLOYMENT_LABEL
-from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli
+from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL
 
 SETTLE_SECONDS = 60.0  # a removed stack's tasks stop and detach from the network within this
+log = logging.getLogger("orchestrator.runtime.swarm")
 
 
 def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> list[str]:
-    problems: list[str] = []
-    held: set[str] = set()  # nodes that hold (or held) the preview: what stays there must be reported
+    """Scaled to zero first (nothing restarts while the nodes are cleared), then every node cleared, and only then
+    the stack removed: its services' labels name the nodes that hold the preview, so they stay until those are
+    clear — a retry needs them."""
     try:
-        for service in cli.services(f"{STACK_LABEL}={deployment_id}"):
-            labels = service["Spec"].get("Labels") or {}
-            held |= {labels.get(NODE_LABEL, ""), *labels.get(FORMER_LABEL, "").split(",")} - {""}
-        if held or cli.networks(f"{STACK_LABEL}={deployment_id}"):
-            cli.remove_stack(deployment_id)
+        services = cli.services(f"{STACK_LABEL}={deployment_id}")
+        manager = cli.swarm_info().get("Name", "")
+        nodes = cli.nodes()
+    except CommandFailed as exc:
+        return [f"swarm: {exc.tail(2) or exc}"]
+    held: set[str] = set()  # nodes that hold (or held) the preview: what stays there must be reported
+    volumes: set[str] = set()  # the named volumes its services mount: what a node that is down keeps
+    for service in services:
+        labels = service["Spec"].get("Labels") or {}
+        held |= {labels.get(NODE_LABEL, ""), *labels.get(FORMER_LABEL, "").split(",")} - {""}
+        mounts = ((service["Spec"].get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts") or []
+        volumes |= {mount.get("Source", "") for mount in mounts if mount.get("Type") == "volume"} - {""}
+    for node_id in held - {node.id for node in nodes}:
+        log.warning("node %s, which ran the preview, left the swarm: its volumes stay on that machine", node_id,
+                    extra={"deploymentId": deployment_id})
+    away = {node.id: why for node in nodes if node.id in held
+            and (why := _unreachable(cli, node, cli.engine(node.hostname, manager))) is not None}
+    problems: list[str] = []
+    try:
+        if services:
+            cli.scale_to_zero([service["Spec"]["Name"] for service in services], None)
     except CommandFailed as exc:
         problems.append(f"stack: {exc.tail(3) or exc}")
-    problems += _clear_nodes(cli, registry, deployment_id, held)
-    problems += _remove_networks(cli, deployment_id)
+    problems += _clear_nodes(cli, registry, deployment_id, manager, nodes, away, sorted(volumes))
+    if not problems:  # every node is clear: the services' labels are no longer needed
+        try:
+            if services or cli.networks(f"{STACK_LABEL}={deployment_id}"):
+                cli.remove_stack(deployment_id)
+        except CommandFailed as exc:
+            problems.append(f"stack: {exc.tail(3) or exc}")
+        problems += _remove_networks(cli, deployment_id)
     try:  # what `docker compose build` made, and the registry references tagged from it
         for reference in cli.images("", "", label=f"com.docker.compose.project={deployment_id}"):
             cli.docker(["image", "rm", reference], timeout=120)
@@ -46,27 +75,39 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
     return problems
 
 
-def _clear_nodes(cli: SwarmCli, registry: Registry, deployment_id: str, held: set[str]) -> list[str]:
+def _unreachable(cli: SwarmCli, node: SwarmNode, engine: str | None) -> str | None:
+    """Why a node's own engine cannot clear it now, or None. Asked, not only read from the node's state: the
+    manager takes 10-20 s to see a node go down."""
+    if node.state != "ready":
+        return f"the node is {node.state}"
+    if engine is None:
+        return "SWARM_NODE_ENGINES has no engine for it"
     try:
-        manager = cli.swarm_info().get("Name", "")
-        nodes = cli.nodes()
-    except CommandFailed as exc:
-        return [f"swarm nodes: {exc.tail(2) or exc}"]
+        cli.docker(["version", "--format", "{{.Server.Version}}"], engine=engine or None, timeout=15)
+    except CommandFailed:
+        return "its engine does not answer"
+    return None
+
+
+def _clear_nodes(cli: SwarmCli, registry: Registry, deployment_id: str, manager: str, nodes: list[SwarmNode],
+                 away: dict[str, str], volumes: list[str]) -> list[str]:
+    """Every node that can be reached is cleared (a preview that moved may have left a volume anywhere); a node
+    that held the preview and cannot be reached is named, with its volumes and the retry that follows."""
     problems: list[str] = []
     prefix = registry.repository_prefix(deployment_id)
+    named = f" ({', '.join(volumes)})" if volumes else ""
     for node in nodes:
+        if node.id in away:
+            problems.append(f"node {node.hostname}: the preview's volumes stay there ({away[node.id]}){named}; "
+                            "its services are kept, scaled to zero, and the cleanup is tried again until the node "
+                            "is back")
+            continue
         engine = cli.engine(node.hostname, manager)
         if engine is None or node.state != "ready":
-            if node.id in held:
-                why = ("SWARM_NODE_ENGINES has no engine for it" if engine is None
-                       else f"the node is {node.state}")
-                problems.append(f"node {node.hostname}: the preview's volumes stay there ({why})")
             continue
         left = _clear_node(cli, engine, deployment_id, prefix)
         if left:
             problems.append(f"node {node.hostname}: {', '.join(left)} not removed")
-    if held - {node.id for node in nodes}:
-        problems.append("a node the preview ran on left the swarm: its volumes stay on that machine")
     return problems
 
 

@@ -1,9 +1,11 @@
 """Reading a preview's swarm tasks: why a service is not running (exited, restarting, rejected, not placeable),
-waiting for the services others depend on, and whether the preview's node is gone."""
+waiting for the services others depend on and for an update to be rolled out, and whether the preview's node is
+gone."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.plugin_api import RuntimeFailure
@@ -13,30 +15,58 @@ WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
 STUCK_SECONDS = 15.0  # a task pending with a scheduler error this long will not be placed
 FAILED_STATES = ("failed", "rejected")
 PENDING = " (pending)"  # ends the problem of a task the scheduler cannot place (yet)
+LIVE = ("assigned", "accepted", "preparing", "ready", "starting", "running")  # a task that holds or will hold a node
 
 
 def await_services(cli: SwarmCli, deployment_id: str, wanted: dict[str, str], baseline: set[str],
                    control: FlowControl) -> None:
     """Until each service runs (healthy, when it has a health check) or has completed, as its dependents
     ask; a failed or unplaceable task fails the start, as compose fails `up` for a dependency."""
+    def up(name: str, tasks: list[Task]) -> bool:
+        state = wanted[name]
+        return any(task.state == state and (state == "complete" or task.desired == "running")
+                   for task in tasks if task.service == name)
+
+    _await(cli, deployment_id, list(wanted), up, baseline, control, "dependency failed to start: ",
+           "(is the health check passing?)")
+
+
+def await_rollout(cli: SwarmCli, deployment_id: str, services: list[str], baseline: set[str],
+                  control: FlowControl) -> None:
+    """Until each of `services` (those the deploy changed) runs a task of this attempt (healthy, when it has a
+    health check; or has completed) and none of before still runs (on a node that is up: a down node's tasks
+    keep the state they had): `docker stack deploy` only hands the swarm the new specs, and the health check must
+    not be answered by the app being replaced."""
+    away = {node.hostname for node in cli.nodes() if node.state != "ready"}  # their tasks' states are stale
+
+    def rolled_out(name: str, tasks: list[Task]) -> bool:
+        mine = [task for task in tasks if task.service == name]
+        if any(task.id in baseline and task.state in LIVE and task.node not in away for task in mine):
+            return False
+        return any(task.id not in baseline and task.state in ("running", "complete") for task in mine)
+
+    _await(cli, deployment_id, services, rolled_out, baseline, control, "", "(is the health check passing?)")
+
+
+def _await(cli: SwarmCli, deployment_id: str, names: list[str], done: Callable[[str, list[Task]], bool],
+           baseline: set[str], control: FlowControl, prefix: str, hint: str) -> None:
     started = time.monotonic()
     while True:
         tasks = cli.tasks(deployment_id)
         waiting = []
-        for name, state in wanted.items():
-            mine = [task for task in tasks if task.service == name]
-            if any(task.state == state and (state == "complete" or task.desired == "running") for task in mine):
+        for name in names:
+            if done(name, tasks):
                 continue
             problem = task_problem(name, tasks, baseline)
             if problem is not None and (not problem.endswith(PENDING) or
                                         time.monotonic() - started > STUCK_SECONDS):
-                raise RuntimeFailure("Containers failed to start", f"dependency failed to start: {problem}")
+                raise RuntimeFailure("Containers failed to start", f"{prefix}{problem}")
             waiting.append(name)
         if not waiting:
             return
         if time.monotonic() - started > WAVE_TIMEOUT:
             raise RuntimeFailure("Containers failed to start", f"{', '.join(waiting)} not up after "
-                                 f"{WAVE_TIMEOUT:.0f} s (is the health check passing?)")
+                                 f"{WAVE_TIMEOUT:.0f} s {hint}")
         control.check()
         control.wait(0.5)
 
@@ -44,10 +74,12 @@ def await_services(cli: SwarmCli, deployment_id: str, wanted: dict[str, str], ba
 def node_lost(pinned: str, nodes: dict[str, SwarmNode]) -> str | None:
     node = nodes.get(pinned)
     if node is None:
-        return "The preview's swarm node left the swarm; push a commit to deploy it on another node"
+        return ("The preview's swarm node left the swarm, and its database with it; push a commit to deploy the "
+                "preview on another node (with an empty database)")
     if node.state != "ready":
         return (f"The preview's swarm node {node.hostname} is {node.state} (it left the swarm or its engine "
-                "stopped); push a commit to deploy it on another node")
+                "stopped); its database is on that node: start the node again, then push a commit, to keep the "
+                "data, or push a commit now to deploy the preview on another node with an empty database")
     return None
 
 

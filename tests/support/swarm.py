@@ -31,7 +31,8 @@ RUN = Path("/run")
 
 
 class SwarmUnavailable(Exception):
-    """The kernel (or the user) refuses network namespaces: the swarm tests are skipped with this reason."""
+    """A tool the swarm tests need is not installed: they fail with this, which names the script that installs
+    it (a machine that cannot make namespaces at all skips them instead: namespaces_refused)."""
 
 
 def _run(*argv: str, timeout: float = 60, check: bool = True, stdin: int | None = None) -> str:
@@ -42,12 +43,15 @@ def _run(*argv: str, timeout: float = 60, check: bool = True, stdin: int | None 
 
 
 def namespaces_refused() -> str | None:
-    """Why network namespaces cannot be made here, or None (tried for real, then removed)."""
+    """Why network namespaces cannot be made on this kind of machine (not root, or the kernel refuses them), or
+    None (tried for real, then removed). A tool that is missing is not a reason to skip: SwarmUnavailable names
+    it and the script that installs it."""
     if os.geteuid() != 0:
         return "the swarm test makes network namespaces and daemons: it needs root"
-    for tool in ("ip", "nsenter", "unshare", "iptables", "dockerd", "docker-registry"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (scripts/prepare-test-host)"
+    missing = [tool for tool in ("ip", "nsenter", "unshare", "iptables", "dockerd", "docker-registry")
+               if shutil.which(tool) is None]
+    if missing:
+        raise SwarmUnavailable(f"{', '.join(missing)} not installed: run scripts/prepare-test-host")
     probe = f"po-probe-{secrets.token_hex(3)}"
     result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
@@ -95,6 +99,14 @@ class SwarmCluster:
         for index, name in enumerate(NODES):
             self.nodes.append(Node(name, index, str(base + 11 + index), f"po-swarm-{self.ident}-{name}",
                                    self.run_dir / f"{name}.sock", self.root / name))
+
+    @property
+    def registry_config(self) -> Path:
+        return self.root / "registry" / "config.yml"
+
+    def registry_bytes(self) -> int:
+        """What the registry's storage holds on disk (its files' sizes)."""
+        return sum(path.stat().st_size for path in (self.root / "registry" / "data").rglob("*") if path.is_file())
 
     @property
     def manager(self) -> Node:
@@ -151,12 +163,12 @@ class SwarmCluster:
     def _registry(self) -> None:
         directory = self.root / "registry"
         (directory / "data").mkdir(parents=True)
-        (directory / "config.yml").write_text(
+        self.registry_config.write_text(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
             f"    rootdirectory: {directory / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.registry}\n")
         log = (directory / "registry.log").open("ab")
-        self.registry_process = subprocess.Popen(["docker-registry", "serve", str(directory / "config.yml")],
+        self.registry_process = subprocess.Popen(["docker-registry", "serve", str(self.registry_config)],
                                                  stdout=log, stderr=log)
         _wait(lambda: _answers(f"http://{self.registry}/v2/"), 30, "the registry")
 

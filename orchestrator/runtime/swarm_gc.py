@@ -1,0 +1,97 @@
+"""The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND, every SWARM_REGISTRY_GC_INTERVAL_SECONDS).
+
+A preview's tags are deleted when it closes (swarm_removal.py), but the registry frees their layers only when its
+garbage collection runs: a command on the registry's own host (`docker-registry garbage-collect --delete-untagged
+CONFIG` for Debian's registry), which the operator names and the service runs as an argument list, no shell.
+Collection must not meet an upload (a layer pushed before its manifest would look unreferenced), and the service is
+the registry's only writer: pushes share the PushGate, a collection holds it alone — it waits for the pushes
+under way, and pushes that come meanwhile wait for it.
+
+Each run is written to STATE_DIR/registry-gc.json; `doctor` shows when it last ran and how it went.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.adapters.commands import CommandFailed, run
+from orchestrator.adapters.host_env import HostEnv
+
+GC_FILE = "registry-gc.json"
+GC_TIMEOUT = 3600.0
+
+
+class GcRun(BaseModel):
+    at: datetime
+    ok: bool
+    seconds: float
+    detail: str = ""  # the command's last lines when it failed
+
+
+class PushGate:
+    """Shared by pushes, held alone by a collection; a waiting collection goes before pushes that come later."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._pushes = 0
+        self._collecting = False
+        self._wanted = False
+
+    @contextmanager
+    def pushing(self) -> Iterator[None]:
+        with self._lock:
+            self._lock.wait_for(lambda: not self._collecting and not self._wanted)
+            self._pushes += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pushes -= 1
+                self._lock.notify_all()
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        with self._lock:
+            self._wanted = True
+            self._lock.wait_for(lambda: self._pushes == 0 and not self._collecting)
+            self._wanted, self._collecting = False, True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._collecting = False
+                self._lock.notify_all()
+
+
+def collect(argv: list[str], state_dir: Path, gate: PushGate, env: HostEnv) -> GcRun:
+    """Run the collection once, while no push runs; the run is recorded whatever its outcome."""
+    with gate.collecting():
+        started = time.monotonic()
+        try:
+            run(argv, cwd=None, env=env.docker(), timeout=GC_TIMEOUT, log=None)
+            result = GcRun(at=datetime.now(UTC), ok=True, seconds=time.monotonic() - started)
+        except CommandFailed as exc:
+            result = GcRun(at=datetime.now(UTC), ok=False, seconds=time.monotonic() - started,
+                           detail=exc.tail(3) or str(exc))
+        except OSError as exc:  # the command is not there
+            result = GcRun(at=datetime.now(UTC), ok=False, seconds=0.0, detail=str(exc))
+    path = state_dir / GC_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(result.model_dump_json(), encoding="utf-8")
+    scratch.replace(path)
+    return result
+
+
+def last_run(state_dir: Path) -> GcRun | None:
+    try:
+        return GcRun.model_validate_json((state_dir / GC_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValidationError):
+        return None
