@@ -53,7 +53,7 @@ def bench_concurrency(budget: Budget) -> dict[str, Any]:
                 finally:
                     stop_stack(stack)
         finally:
-            _forget_app_images()
+            _forget_app_images(prune_engine_caches=False)
     return {"runs": results}
 
 

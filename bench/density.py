@@ -25,6 +25,7 @@ import httpx
 from bench.common import REPO_ROOT, Budget, scratch
 from bench.sleep import _stopped
 from bench.stats import median
+from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
@@ -58,9 +59,12 @@ class _Peak(threading.Thread):
             self.peak = max(self.peak, _used_mib())
 
 
-def _running_containers() -> int:
-    return len(subprocess.run(["docker", "ps", "-q"], capture_output=True, text=True, check=True,
-                              timeout=60).stdout.split())
+def _running_containers(deployments: set[str]) -> int:
+    """Running containers of these previews (other work on the engine is not counted)."""
+    output = subprocess.run(["docker", "ps", "--filter", f"label={DEPLOYMENT_LABEL}", "--format",
+                             f'{{{{.Label "{DEPLOYMENT_LABEL}"}}}}'], capture_output=True, text=True, check=True,
+                            timeout=60).stdout
+    return sum(1 for line in output.splitlines() if line.strip() in deployments)
 
 
 def _wake(stack: Stack, pr: int, page: str) -> float:
@@ -106,7 +110,7 @@ def bench_density(budget: Budget) -> dict[str, Any]:
                   budget.density_idle_seconds * 4 + 120, "every preview asleep", 2.0)
             time.sleep(5)  # stopped containers' memory returned
             results["memory_asleep_mib"] = _used_mib()
-            results["running_containers_asleep"] = _running_containers()
+            results["running_containers_asleep"] = _running_containers({f"{SLUG}-{pr}" for pr in numbers})
             wakes = [_wake(stack, pr, GO_PAGE) for pr in numbers[: min(WAKES, count - 1)]]
             results["wake_go_s"] = {"runs": wakes, "median": median(wakes), "max": max(wakes)}
             results["wake_postgres_s"] = _wake(stack, pg, PG_PAGE)

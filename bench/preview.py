@@ -11,7 +11,8 @@ settings (5 s / 60 s), as a user gets it. Probing the service's page all along i
 stuck in the container swap.
 
 Cold: no layer of the app image is cached, in images or in BuildKit's build cache (only the base images, as
-if pulled; the whole build cache of the engine is pruned: run the benchmark on a quiet host). Warm: another
+if pulled; the whole build cache of the engine is pruned: run the benchmark on a quiet host). The test suite's
+smoke run prunes nothing of the engine's (`Budget.prune_engine_caches`): its cold figure is not cold. Warm: another
 preview of the same repository was built before (its layers are cached), the common case of a repository with
 open PRs.
 """
@@ -64,14 +65,17 @@ def _poll(url: str, expected: str | None, timeout: float = 600) -> None:
 BENCH_IMAGES = ("po-build/*-app", f"{SLUG}-*-app", "raw-bench-*-app", "bench-primer-app")
 
 
-def _forget_app_images() -> None:
-    """Cold cache: remove the images this benchmark built (their layers go with them). Images other work
-    built from the same Dockerfile would still share layers: run the benchmark on a quiet host."""
+def _forget_app_images(prune_engine_caches: bool) -> None:
+    """Cold cache: remove the images this benchmark built (their layers go with them), and with
+    `prune_engine_caches` the engine's dangling images and whole build cache. Images other work built from the
+    same Dockerfile would still share layers: run the benchmark on a quiet host."""
     filters = [arg for pattern in BENCH_IMAGES for arg in ("--filter", f"reference={pattern}")]
     listed = subprocess.run(["docker", "images", "-q", *filters], capture_output=True,
                             text=True, check=True, timeout=60).stdout.split()
     for image in sorted(set(listed)):  # one by one: an image a running container of other work uses stays
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, timeout=120)
+    if not prune_engine_caches:
+        return
     _run("docker", "image", "prune", "-f")
     # BuildKit keeps its build cache apart from images: without this a "cold" build reuses every step
     _run("docker", "builder", "prune", "--all", "--force")
@@ -170,7 +174,7 @@ def bench_preview(budget: Budget) -> dict[str, Any]:
                     sample: dict[str, float] = {}
                     for name, side in order:
                         if cache == "cold":
-                            _forget_app_images()
+                            _forget_app_images(budget.prune_engine_caches)
                         number += 1
                         deployed, updated, _ = side.deploy(number)
                         sample[f"{name}_deploy_s"] = deployed
@@ -178,9 +182,9 @@ def bench_preview(budget: Budget) -> dict[str, Any]:
                     samples[cache].append(sample)
         finally:
             stop_stack(stack)
-            _forget_app_images()
+            _forget_app_images(prune_engine_caches=False)
     results: dict[str, Any] = {"sample": SAMPLE, "poll_seconds": POLL_SECONDS, "repeats": budget.preview_repeats,
-                               "cores": os.cpu_count()}
+                               "cores": os.cpu_count(), "cold_cache_pruned": budget.prune_engine_caches}
     for cache, runs in samples.items():
         figures = {key: median([run[key] for run in runs]) for key in runs[0]}
         figures["deploy_overhead_pct"] = 100 * (figures["service_deploy_s"] / figures["raw_deploy_s"] - 1)

@@ -36,5 +36,6 @@ def test_entry_point_plugin_is_listed_accepted_and_rendered(settings, handler, t
 
 
 def test_disabling_the_entry_point_by_name() -> None:
+    assert "deno" in build_plugin_host().provided.frameworks  # installed: disabling it is what takes it away
     host = build_plugin_host(disabled=["deno"])
     assert "deno" not in host.provided.frameworks

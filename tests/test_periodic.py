@@ -32,10 +32,13 @@ async def test_a_failing_check_is_logged_and_tried_again_until_stopped(
         loop.start()
         await asyncio.sleep(0.01)
         assert loop.calls == (1 if check_at_start else 0)  # the TTL looks at once; the others wait first
-        await asyncio.sleep(0.2)
+        for _ in range(400):  # the failure did not end the loop: two more calls come (on a busy machine, late)
+            if loop.calls >= 3:
+                break
+            await asyncio.sleep(0.05)
         await loop.stop()
     calls = loop.calls
-    assert calls >= 3  # the failure did not end the loop
+    assert calls >= 3
     assert "flaky check failed; trying again later" in caplog.text and "the engine is away" in caplog.text
     await asyncio.sleep(0.1)
     assert loop.calls == calls  # stopped

@@ -6,7 +6,7 @@
 - build commands get PATH, HOME (the checkout) and the locale.
 
 Every child also carries a marker naming this service's state directory, so that after a crash the next
-start finds and stops what the previous run left running (orchestrator/leftovers.py).
+start finds and stops what the previous run left running (adapters/leftovers.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The built-in `compose` runtime: a preview is a docker compose project on this host's Docker engine.
 
-Registered as a built-in plugin (plugin_api/host.py, DEFAULT_PLUGINS); it is how a third party's runtime looks:
+Registered as a built-in plugin (rendering/plugin_host.py, DEFAULT_PLUGINS); it is how a third party's runtime looks:
 `po_runtimes` names it, `po_runtime` builds it for the service's settings.
 """
 
