@@ -26,7 +26,8 @@ def test_po_frameworks_databases_services_discovery(host: PluginHost) -> None:
 def test_po_detect_framework_answers_are_ranked(host: PluginHost, tmp_path: Path) -> None:
     (tmp_path / "go.mod").write_text("module x\n")
     (tmp_path / "nest-cli.json").write_text("{}")
-    answers = sorted((a.rank, a.framework) for a in host.hook.po_detect_framework(repo_dir=tmp_path) if a)
+    called = host.hook.po_detect_framework(repo_dir=tmp_path, project=ProjectFiles(tmp_path))
+    answers = sorted((a.rank, a.framework) for a in called if a)
     assert answers == [(10, "nestjs"), (20, "go")]
 
 

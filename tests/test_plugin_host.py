@@ -120,7 +120,20 @@ def test_po_detect_framework_follows_the_spec_order(host, tmp_path: Path, files:
     assert host.detect_framework(make_repo(tmp_path / "r", files=files)).framework == expected
 
 
+def test_detection_reads_the_checkout_through_project_files(host, tmp_path: Path) -> None:  # noqa: ANN001
+    """A link out of the checkout reads as absent: a pull request cannot have detection read the host's files."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "go.mod").write_text("module x\n")
+    (outside / "composer.json").write_text('{"require": {"laravel/framework": "^11"}}')
+    repo = make_repo(tmp_path / "r")
+    (repo / "go.mod").symlink_to(outside / "go.mod")
+    (repo / "composer.json").symlink_to(outside / "composer.json")
+    assert host.detect_framework(repo).framework == "nestjs"  # neither go nor laravel: the default
+
+
 def test_detection_by_a_third_party_rank() -> None:
+    """A plugin written before `project` was passed (it takes `repo_dir` only) still answers."""
     @hookimpl
     def po_detect_framework(repo_dir: Path) -> Detection:
         return Detection(framework="go", rank=1)

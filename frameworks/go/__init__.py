@@ -12,7 +12,6 @@ download), CGO is off, and the binary lands at /app/server.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from orchestrator.plugin_api import (
     AppService,
@@ -65,8 +64,8 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
-def po_detect_framework(repo_dir: Path) -> Detection | None:
-    if (repo_dir / "go.mod").is_file():
+def po_detect_framework(project: ProjectFiles) -> Detection | None:
+    if project.is_file("go.mod"):
         return Detection(framework=NAME, rank=20, reason="go.mod")
     return None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import re
-from pathlib import Path
 
 from orchestrator.plugin_api import (
     AppService,
@@ -57,8 +56,8 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
-def po_detect_framework(repo_dir: Path) -> Detection | None:
-    manifest = ProjectFiles(repo_dir).read_json("composer.json")
+def po_detect_framework(project: ProjectFiles) -> Detection | None:
+    manifest = project.read_json("composer.json")
     requires = manifest.get("require") if isinstance(manifest, dict) else None
     if isinstance(requires, dict) and "laravel/framework" in requires:
         return Detection(framework=NAME, rank=30, reason="laravel/framework in composer.json")

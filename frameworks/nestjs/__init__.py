@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from orchestrator.plugin_api import (
     AppService,
@@ -84,10 +83,10 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
-def po_detect_framework(repo_dir: Path) -> Detection | None:
-    if (repo_dir / "nest-cli.json").is_file():
+def po_detect_framework(project: ProjectFiles) -> Detection | None:
+    if project.is_file("nest-cli.json"):
         return Detection(framework=NAME, rank=10, reason="nest-cli.json")
-    manifest = ProjectFiles(repo_dir).read_json("package.json")
+    manifest = project.read_json("package.json")
     dependencies = manifest.get("dependencies") if isinstance(manifest, dict) else None
     if isinstance(dependencies, dict) and "@nestjs/core" in dependencies:
         return Detection(framework=NAME, rank=10, reason="@nestjs/core in package.json")

@@ -9,9 +9,8 @@ publish it under the entry-point group `preview_orchestrator`:
 Conventions:
 - Hooks are called with keyword arguments only; arguments may be added later, never renamed or removed, so a
   plugin may accept just the arguments it needs.
-- Hooks are pure: they return data (strings and dicts) and do no I/O, except `po_detect_framework`, which may
-  look at files inside `repo_dir` (read only). Rendering hooks get `project`, a read-only, bounded view of the
-  checkout, for the same purpose.
+- Hooks are pure: they return data (strings and dicts) and do no I/O. `po_detect_framework` and the rendering
+  hooks get `project`, a read-only, bounded view of the checkout, to look at its files.
 - Single-answer hooks (`firstresult`) stop at the first non-None answer. Built-in plugins answer with
   `trylast=True`, so a third-party plugin that answers for the same name overrides the built-in.
 - A rendering hook is called for every name; answer only for a name your plugin provides, else return None.
@@ -75,12 +74,13 @@ def po_runtimes() -> list[RuntimeSpec]:
 
 
 @hookspec
-def po_detect_framework(repo_dir: Path) -> Detection | None:
-    """Say whether the checkout at `repo_dir` looks like one of your frameworks.
+def po_detect_framework(repo_dir: Path, project: ProjectFiles) -> Detection | None:
+    """Say whether the checkout looks like one of your frameworks.
 
     Every plugin is asked; the answer with the lowest `rank` wins (built-ins: nestjs 10, go 20, laravel 30;
     rust and python are never detected). None: not recognised. When nobody recognises the checkout, the
-    host assumes `nestjs`, as the spec says. Only read files under `repo_dir`; never follow a symlink out.
+    host assumes `nestjs`, as the spec says. Read the checkout through `project` (a link out of it reads as
+    absent, large files too); `repo_dir` is its path, kept for plugins written before `project` was passed.
     """
 
 

@@ -13,6 +13,7 @@ import pluggy
 
 from orchestrator.plugin_api import hookspecs
 from orchestrator.plugin_api.preview_config import KnownNames
+from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
 from orchestrator.plugin_api.types import DatabaseSpec, Detection, FrameworkSpec, ServiceSpec
 
@@ -71,7 +72,8 @@ class PluginHost:
         )
 
     def detect_framework(self, repo_dir: Path) -> Detection:
-        answers = [Detection.model_validate(a) for a in self.hook.po_detect_framework(repo_dir=repo_dir) if a]
+        answers = [Detection.model_validate(a) for a in
+                   self.hook.po_detect_framework(repo_dir=repo_dir, project=ProjectFiles(repo_dir)) if a]
         answers = [a for a in answers if a.framework in self.provided.frameworks]
         if not answers:
             return Detection(framework=DEFAULT_FRAMEWORK, rank=1000, reason="nothing matched; the default")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from orchestrator.plugin_api import (
     AppService,
     Detection,
     FrameworkSpec,
     PreviewConfig,
+    ProjectFiles,
     RenderContext,
     hookimpl,
     render_template,
@@ -24,8 +23,8 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl
-def po_detect_framework(repo_dir: Path) -> Detection | None:
-    if (repo_dir / "deno.json").is_file():
+def po_detect_framework(project: ProjectFiles) -> Detection | None:
+    if project.is_file("deno.json"):
         return Detection(framework=NAME, rank=5, reason="deno.json")
     return None
 
