@@ -7,13 +7,14 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.common.flow_control import unlimited
-from orchestrator.plugin_api import RuntimeFailure, app_address
+from orchestrator.plugin_api import Check, RuntimeFailure, app_address
 from orchestrator.runtime.swarm_cli import SwarmNode, Task
 from orchestrator.runtime.swarm_gc import PushGate
 from orchestrator.runtime.swarm_registry import Registry
@@ -256,6 +257,25 @@ def test_swarm_settings(make_settings: SettingsFactory) -> None:
     assert settings.swarm_node_engines == {"worker1": "ssh://root@w1", "worker2": "unix:///run/w2.sock"}
     with pytest.raises(SettingsError, match="SWARM_NODE_ENGINES is not valid"):
         make_settings(swarm_node_engines="worker1=/run/w1.sock")
+
+
+def test_doctor_shows_the_runtimes_own_lines(make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime brings its own doctor lines (`checks()`); doctor has no case of its own for any runtime. Here the
+    swarm's, against an engine that is no swarm manager (a socket nobody serves)."""
+    from orchestrator.cli.doctor import _runtime_checks
+    from orchestrator.plugin_api.runtime import runtime_checks
+
+    assert runtime_checks(types.SimpleNamespace()) == []  # type: ignore[arg-type]
+    lines = [check.line() for check in runtime_checks(
+        types.SimpleNamespace(checks=lambda: [Check("the flux capacitor", False, "cold", "warm it")]))]  # type: ignore[arg-type]
+    assert lines == ["✗ the flux capacitor: cold — fix: warm it"]
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    checks = _runtime_checks(make_settings(runtime="swarm", swarm_registry="127.0.0.1:9", swarm_registry_scheme="http"))
+    names = [check.name for check in checks]
+    assert names[0] == "this Docker engine is a swarm manager (RUNTIME=swarm)" and checks[0].hard
+    assert not checks[0].ok and "registry garbage collection (SWARM_REGISTRY_GC_COMMAND)" in names
+    [unknown] = _runtime_checks(make_settings(runtime="nosuch"))
+    assert unknown.hard and not unknown.ok and "RUNTIME 'nosuch' is not provided" in unknown.detail
 
 
 def test_a_runtime_without_app_address_is_proxied_on_this_host() -> None:

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -30,29 +29,14 @@ from orchestrator.adapters.nginx_site import (
 )
 from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools, local_dockerd_args, read_daemon_json
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.checks import Check, run_safely
+from orchestrator.plugin_api.runtime import runtime_checks
+from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
 from orchestrator.settings import Settings
 from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
 
 LOW_DISK_BYTES = 5 * 1024**3
-OK, FAILED = "✓", "✗"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str = ""  # what was found
-    fix: str = ""  # what to do when not ok
-    hard: bool = False
-
-    def line(self) -> str:
-        text = f"{OK if self.ok else FAILED} {self.name}"
-        if self.detail:
-            text += f": {self.detail}"
-        if not self.ok and self.fix:
-            text += f" — fix: {self.fix}"
-        return text
 
 
 def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
@@ -65,12 +49,21 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
         lambda: _allowed_repos(settings), lambda: _codehost(settings), lambda: _origins(settings),
     ]
-    if settings.runtime == "swarm":
-        from orchestrator.cli.doctor_swarm import swarm_probes  # it builds on Check, defined here
+    with ThreadPoolExecutor(max_workers=len(probes) + 1) as pool:
+        own = pool.submit(_runtime_checks, settings)  # the runtime's own lines (a swarm's nodes, registry)
+        return [*pool.map(run_safely, probes), *own.result()]
 
-        probes += swarm_probes(settings, env)
-    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
-        return list(pool.map(_safely, probes))
+
+def _runtime_checks(settings: Settings) -> list[Check]:
+    name = f"the runtime (RUNTIME={settings.runtime})"
+    try:
+        plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+        runtime = plugins.runtime(settings.runtime, settings)
+        return runtime_checks(runtime)
+    except PluginError as exc:
+        return [Check(name, False, str(exc), "set RUNTIME to one `preview-orchestrator plugins` lists", hard=True)]
+    except Exception as exc:  # noqa: BLE001 - a runtime whose checks break is reported, never a crash of doctor
+        return [Check(name, False, f"its checks could not run ({type(exc).__name__}: {exc})")]
 
 
 def report(checks: list[Check]) -> str:
@@ -79,13 +72,6 @@ def report(checks: list[Check]) -> str:
 
 def hard_failures(checks: list[Check]) -> list[Check]:
     return [check for check in checks if check.hard and not check.ok]
-
-
-def _safely(probe: Callable[[], Check]) -> Check:
-    try:
-        return probe()
-    except Exception as exc:  # noqa: BLE001 - a check that breaks is reported, never a crash of doctor
-        return Check("check", False, f"could not run ({type(exc).__name__}: {exc})")
 
 
 def _command(argv: list[str], env: dict[str, str], timeout: float = 20) -> tuple[bool, str]:

@@ -20,7 +20,8 @@ file generated from the plugins whose database has a DatabaseSeed: it may create
 seed (see `seed_database` below); without it every database initialises itself. And `collect_garbage()`, run
 every SWARM_REGISTRY_GC_INTERVAL_SECONDS, which frees what closed previews left in the runtime's storage (see
 `collect_garbage` below). And the attribute `updates_leave_gap = True` for a runtime whose update stops the old app
-before the new one answers (see `updates_leave_gap` below).
+before the new one answers (see `updates_leave_gap` below). And `checks() -> list[Check]`, the runtime's own
+lines for `doctor` and the start-up checks (a failed `hard` one stops the service; see `runtime_checks` below).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.types import DatabaseSeed
 
 
@@ -145,6 +147,13 @@ def collect_garbage(runtime: Runtime) -> bool:
     when it has nothing to collect (no `collect_garbage`, or it is not configured to)."""
     method = getattr(runtime, "collect_garbage", None)
     return method is not None and method() is not None
+
+
+def runtime_checks(runtime: Runtime) -> list[Check]:
+    """The runtime's own lines for `doctor` and the start-up checks (its optional `checks()`): what only it
+    knows, such as a swarm's nodes and registry; none without it."""
+    method = getattr(runtime, "checks", None)
+    return list(method()) if method is not None else []
 
 
 def updates_leave_gap(runtime: Runtime) -> bool:

@@ -26,10 +26,11 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
-from orchestrator.plugin_api import ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api import Check, ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm_doctor import swarm_checks
 from orchestrator.runtime.swarm_gc import GcRun, PushGate, collect
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_removal import remove_deployment
@@ -62,7 +63,7 @@ def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
     return SwarmRuntime(Registry(settings.swarm_registry, settings.swarm_registry_scheme),
                         settings.swarm_node_engines, settings.compose_timeout_seconds,
                         HostEnv.for_state_dir(settings.state_dir), shlex.split(settings.swarm_registry_gc_command),
-                        settings.state_dir)
+                        settings.state_dir, settings.swarm_registry_gc_interval_seconds)
 
 
 class SwarmRuntime:
@@ -70,11 +71,12 @@ class SwarmRuntime:
     updates_leave_gap = True  # stop-first: a host-mode port cannot be held by the old and the new task
 
     def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv,
-                 gc_command: list[str] | None = None, state_dir: Path | None = None) -> None:
+                 gc_command: list[str] | None = None, state_dir: Path | None = None, gc_interval: float = 0.0) -> None:
         self.registry = registry
         self._env = env
         self._gc_command = gc_command or []
         self._state_dir = state_dir
+        self._gc_interval = gc_interval
         self._gate = PushGate()  # pushes share it; the registry's garbage collection holds it alone
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
@@ -231,6 +233,10 @@ class SwarmRuntime:
     def ports_in_use(self) -> set[int]:
         with _failure("Published ports could not be listed"):
             return self.cli.published_ports()
+
+    def checks(self) -> list[Check]:
+        """doctor's lines of the swarm (Runtime's optional `checks`): swarm_doctor.py."""
+        return swarm_checks(self.cli, self.registry, self._gc_command, self._gc_interval, self._state_dir)
 
     def collect_garbage(self) -> GcRun | None:
         """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND), while no push runs; None when the

@@ -55,6 +55,11 @@ class SwarmCli:
         self._engines = node_engines
         self._timeout = timeout
 
+    @property
+    def engines(self) -> dict[str, str]:
+        """SWARM_NODE_ENGINES: hostname -> Docker host."""
+        return dict(self._engines)
+
     def docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
                control: FlowControl | None = None, engine: str | None = None) -> str:
         where = ["--host", engine] if engine else []

@@ -1,37 +1,39 @@
-"""`doctor`'s checks of a Docker Swarm (RUNTIME=swarm): this engine is a manager, the nodes are ready, the
-registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, every node's engine can pull from the
-registry, and when the registry's garbage collection last ran."""
+"""The swarm runtime's own lines of `doctor` (SwarmRuntime.checks): this engine is a manager, the nodes are
+ready, the registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, every node's engine can pull
+from the registry, and when the registry's garbage collection last ran."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 
 from orchestrator.adapters.commands import CommandFailed
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.cli.doctor import Check
+from orchestrator.plugin_api.checks import Check, run_safely
 from orchestrator.runtime.swarm_cli import SwarmCli
 from orchestrator.runtime.swarm_gc import last_run
 from orchestrator.runtime.swarm_registry import Registry
-from orchestrator.settings import Settings
 
 
-def swarm_probes(settings: Settings, env: HostEnv) -> list[Callable[[], Check]]:
-    cli = SwarmCli(env, settings.swarm_node_engines, timeout=30)
-    registry = Registry(settings.swarm_registry, settings.swarm_registry_scheme)
-    return [lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry),
-            lambda: _node_engines(cli, settings.swarm_node_engines), lambda: _registry_from_nodes(cli, registry),
-            lambda: _garbage_collection(settings)]
+def swarm_checks(cli: SwarmCli, registry: Registry, gc_command: list[str], gc_interval: float,
+                 state_dir: Path | None) -> list[Check]:
+    """Every check, in parallel (each asks the engines or the registry), in a fixed order."""
+    probes: list[Callable[[], Check]] = [
+        lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry), lambda: _node_engines(cli),
+        lambda: _registry_from_nodes(cli, registry), lambda: _garbage_collection(gc_command, gc_interval, state_dir)]
+    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+        return list(pool.map(lambda probe: run_safely(probe, "swarm check"), probes))
 
 
-def _garbage_collection(settings: Settings) -> Check:
+def _garbage_collection(gc_command: list[str], gc_interval: float, state_dir: Path | None) -> Check:
     name = "registry garbage collection (SWARM_REGISTRY_GC_COMMAND)"
-    if not settings.swarm_registry_gc_command.strip() or settings.swarm_registry_gc_interval_seconds == 0:
+    if not gc_command or gc_interval == 0 or state_dir is None:
         return Check(name, False, "not run by the service: closed previews' tags are deleted, their layers stay",
                      "set SWARM_REGISTRY_GC_COMMAND to the registry's garbage-collect command (docs/scaling.md), "
                      "or run it on the registry's host on a schedule of yours")
-    every = f"every {settings.swarm_registry_gc_interval_seconds / 3600:g} h"
-    run = last_run(settings.state_dir)
+    every = f"every {gc_interval / 3600:g} h"
+    run = last_run(state_dir)
     if run is None:
         return Check(name, True, f"{every}; not run yet")
     ago = (datetime.now(UTC) - run.at).total_seconds() / 3600
@@ -84,8 +86,9 @@ def _registry(registry: Registry) -> Check:
                  "plain HTTP)")
 
 
-def _node_engines(cli: SwarmCli, engines: dict[str, str]) -> Check:
+def _node_engines(cli: SwarmCli) -> Check:
     name = "the nodes' own engines answer (SWARM_NODE_ENGINES)"
+    engines = cli.engines
     try:
         nodes = cli.nodes()
         manager = cli.swarm_info().get("Name", "")
