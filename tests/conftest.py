@@ -64,7 +64,8 @@ def host():  # noqa: ANN201
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--plugin", help="run only tests parametrized with this framework/database/service name")
+    parser.addoption("--plugin", help="run only the tests of this built-in plugin (framework, database, service): "
+                                      "those marked `uses(NAME)` or parametrized with NAME (tox's fw-*/db-*)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,8 +74,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     selected, deselected = [], []
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        values = [v for value in params.values() for v in (value if isinstance(value, tuple) else (value,))]
-        (selected if any(v == name for v in values if isinstance(v, str)) else deselected).append(item)
+        (selected if name in plugins_of(item) else deselected).append(item)
     config.hook.pytest_deselected(items=deselected)
     items[:] = selected
+
+
+def plugins_of(item: pytest.Item) -> set[str]:
+    """The plugins a test exercises: its `uses` markers' names and its string parameters."""
+    named = {name for marker in item.iter_markers("uses") for name in marker.args}
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    values = [v for value in params.values() for v in (value if isinstance(value, tuple) else (value,))]
+    return named | {value for value in values if isinstance(value, str)}

@@ -37,6 +37,7 @@ def go_dockerfile(host: PluginHost, repo: Path, owner: str, name: str, pr: int, 
     return rendered.files[INJECTED_DOCKERFILE]
 
 
+@pytest.mark.uses("go")
 def test_the_go_build_step_mounts_one_cache_per_repository(host: PluginHost, tmp_path: Path) -> None:
     first = go_dockerfile(host, tmp_path / "a1", "acme", "shop", 1)
     build_lines = [line for line in first.splitlines() if line.startswith("RUN ")]
@@ -93,6 +94,7 @@ def listing(directory: Path, project: str, mount: str) -> list[str]:
 
 
 @pytest.mark.docker
+@pytest.mark.uses("go")
 def test_the_build_cache_is_kept_for_the_repository_and_out_of_reach_of_another(host: PluginHost,
                                                                                 tmp_path: Path) -> None:
     require_engine()

@@ -51,7 +51,8 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", [pytest.param(name, marks=pytest.mark.uses(framework, database), id=name)
+                                     for name, (framework, database, _) in VARIANTS.items()])
 def test_injected_dockerfiles_pass_hadolint(host: PluginHost, tmp_path: Path, variant: str) -> None:
     framework, database, files = VARIANTS[variant]
     repo = make_repo(tmp_path / "r", files=files)

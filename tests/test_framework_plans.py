@@ -24,6 +24,7 @@ def project(tmp_path: Path, files: dict[str, str]) -> ProjectFiles:
     return ProjectFiles(make_repo(tmp_path / "r", files=files))
 
 
+@pytest.mark.uses("nestjs")
 @pytest.mark.parametrize(("files", "install", "corepack"), [
     ({"package.json": "{}", "package-lock.json": "{}"}, "npm ci", False),
     ({"package.json": "{}", "npm-shrinkwrap.json": "{}"}, "npm ci", False),
@@ -38,6 +39,7 @@ def test_the_lockfile_chooses_the_node_package_manager(tmp_path: Path, files: di
     assert (plan.install, plan.corepack) == (install, corepack)
 
 
+@pytest.mark.uses("nestjs")
 def test_prisma_and_the_build_script_are_run_when_the_project_has_them(tmp_path: Path) -> None:
     with_both = node_build(project(tmp_path / "a", {
         "package.json": '{"scripts": {"build": "nest build"}, "dependencies": {"@prisma/client": "5"}}',
@@ -47,6 +49,7 @@ def test_prisma_and_the_build_script_are_run_when_the_project_has_them(tmp_path:
     assert not neither.prisma and not neither.build  # no schema, no build script
 
 
+@pytest.mark.uses("nestjs")
 @pytest.mark.parametrize(("entrypoint", "command"), [
     ("dist/main", "node dist/main"), ("./dist/main.js", "node ./dist/main.js"), ("server.mjs", "node server.mjs"),
     ("node dist/main.js", "node dist/main.js"), ("npm run start:prod", "npm run start:prod"),
@@ -56,6 +59,7 @@ def test_a_node_entrypoint_that_is_a_script_runs_with_node(entrypoint: str, comm
     assert main_command(entrypoint) == command
 
 
+@pytest.mark.uses("python")
 @pytest.mark.parametrize(("files", "kind"), [
     ({"pyproject.toml": "", "uv.lock": "", "requirements.txt": ""}, "uv"),
     ({"pyproject.toml": "", "poetry.lock": ""}, "poetry"),
@@ -68,12 +72,14 @@ def test_python_dependency_files_are_found_in_order(tmp_path: Path, files: dict,
     assert dependency_files(project(tmp_path, files)) == kind
 
 
+@pytest.mark.uses("python")
 def test_a_locked_python_project_that_is_a_package_is_installed_too(tmp_path: Path) -> None:
     assert installs_itself(project(tmp_path / "a", {
         "pyproject.toml": "[project]\nname='x'\n[build-system]\nrequires=['hatchling']\n"}))
     assert not installs_itself(project(tmp_path / "b", {"pyproject.toml": "[project]\nname='x'\n"}))
 
 
+@pytest.mark.uses("go")
 @pytest.mark.parametrize(("files", "package"), [
     ({"go.mod": "module x\n", "main.go": "// a service\npackage main\n"}, "."),
     ({"go.mod": "module example.com/notes\n", "cmd/seed/main.go": "package main", "cmd/server/main.go":
@@ -88,6 +94,7 @@ def test_the_go_main_package_is_found_where_projects_keep_it(tmp_path: Path, fil
     assert main_package(project(tmp_path, files)) == package
 
 
+@pytest.mark.uses("rust")
 @pytest.mark.parametrize(("files", "binary"), [
     ({"Cargo.toml": "[package]\nname = 'api'\n", "src/main.rs": ""}, Binary(None, "api")),
     ({"Cargo.toml": "[package]\nname = 'x'\n[[bin]]\nname = 'server'\npath = 'src/s.rs'\n"}, Binary(None, "server")),
@@ -100,6 +107,7 @@ def test_the_rust_binary_comes_from_cargo_toml(tmp_path: Path, files: dict, bina
     assert choose_binary(project(tmp_path, files)) == binary
 
 
+@pytest.mark.uses("laravel")
 def test_laravel_gets_an_app_key_of_its_own_unless_the_repository_gives_one(host: PluginHost,
                                                                              tmp_path: Path) -> None:
     config = PreviewConfig.model_validate(config_for("laravel"))
