@@ -17,6 +17,7 @@ from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.ttl import TtlScheduler
+from orchestrator.flows.cleanup import RETRY_PREFIX
 from orchestrator.flows.engine import INTERRUPTED, DeployEngine
 from orchestrator.flows.handler import FlowError
 from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
@@ -230,6 +231,27 @@ def test_cleanup_reports_what_it_left_removes_the_rest_keeps_the_record_and_is_r
     assert retry.store.read() == StoreFile()
     assert reloads.read_text() == "reload\n"  # nginx may still serve the route the failed reload kept
     assert retry.unfinished_cleanups() == []
+
+
+def test_a_cleanup_retry_never_undoes_what_a_webhook_asked_for(make_settings, codehost, tmp_path: Path) -> None:  # noqa: ANN001
+    """A `reopened` waiting in the inbox is neither cancelled nor followed by a retry; a retry queued before the
+    reopen finds the preview running when its turn comes, and leaves it."""
+    engine = make_engine(make_settings, codehost)
+    seed(engine, record(6, "failed").model_copy(update={"error": "Cleanup incomplete: node w1: the preview's "
+                                                                  "volumes stay there (the node is down)"}))
+    inbox = Inbox(tmp_path / "inbox.sqlite3")
+    reopened = inbox.accept(event("reopened", 6))
+    scheduler = CleanupRetryScheduler(engine.unfinished_cleanups, inbox, Dispatcher(inbox, engine, 1), 300)
+    assert asyncio.run(scheduler.check()) == 0
+    claimed = inbox.claim_next([])
+    assert claimed is not None and claimed.seq == reopened.seq and claimed.event.action == "reopened"
+    inbox.finish(claimed.seq, None)
+    assert asyncio.run(scheduler.check()) == 1  # idle again: queued
+    retried = inbox.claim_next([])
+    assert retried is not None and retried.event.delivery_id.startswith(RETRY_PREFIX)
+    seed(engine, record(6, "running"))  # meanwhile the reopen deployed it
+    engine.handle(retried.event)
+    assert engine.store.read().deployments["acme-api-6"].status == "running"
 
 
 @pytest.mark.parametrize("head_repo", ["stranger/api", None])

@@ -58,7 +58,7 @@ def stack(cluster: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> It
                           SWARM_REGISTRY=cluster.registry, SWARM_REGISTRY_SCHEME="http",
                           SWARM_NODE_ENGINES=engines, HEALTH_CHECK_TIMEOUT_SECONDS="60",
                           RUNTIME_WATCH_INTERVAL_SECONDS="2", CLEANUP_RETRY_INTERVAL_SECONDS="3",
-                          SWARM_REGISTRY_GC_COMMAND=f"docker-registry garbage-collect --delete-untagged "
+                          SWARM_REGISTRY_GC_COMMAND=f"docker-registry garbage-collect "
                                                     f"{cluster.registry_config}",
                           SWARM_REGISTRY_GC_INTERVAL_SECONDS=str(GC_INTERVAL))
     yield running

@@ -8,15 +8,17 @@ import copy
 import threading
 import time
 import types
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.common.flow_control import unlimited
+from orchestrator.common.deployment_log import DeploymentLog
+from orchestrator.common.flow_control import FlowAborted, FlowControl, unlimited
 from orchestrator.plugin_api import Check, RuntimeFailure, app_address
 from orchestrator.runtime.swarm_cli import SwarmNode, Task
-from orchestrator.runtime.swarm_gc import PushGate
+from orchestrator.runtime.swarm_gc import GC_FILE, GcRun, PushGate, due
 from orchestrator.runtime.swarm_registry import Registry
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
 from orchestrator.runtime.swarm_tasks import await_rollout, task_problem
@@ -174,6 +176,9 @@ class ScriptedTasks:
         return [SwarmNode(name, name, False, "down" if name == self.down else "ready", "active", "10.0.0.1")
                 for name in ("w1", "w2")]
 
+    def task_nodes(self, task_ids: list[str]) -> dict[str, str]:  # node ids are their names here; "x" left
+        return {task.id: task.node for answer in self.answers for task in answer if task.id in task_ids}
+
     def tasks(self, stack: str) -> list[Task]:
         self.asked += 1
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -193,6 +198,14 @@ def test_a_task_of_before_on_a_node_that_is_down_is_not_waited_for() -> None:
     """A down node's task keeps the state it had (running): the preview moved; its new task is what counts."""
     stale = Task("old", "app", "w2", "shutdown", "running", "")
     cli = ScriptedTasks([stale, task("running", "running", ident="new", node="w1")], down="w2")
+    await_rollout(cli, DEP, ["app"], {"old"}, unlimited())  # type: ignore[arg-type]
+    assert cli.asked == 1
+
+
+def test_a_task_of_before_on_a_node_that_left_the_swarm_is_not_waited_for() -> None:
+    """`docker node rm`: the node is no longer listed and `stack ps` names it by id; its task's state is stale."""
+    stale = Task("old", "app", "x9q3node", "shutdown", "running", "")
+    cli = ScriptedTasks([stale, task("running", "running", ident="new", node="w1")])
     await_rollout(cli, DEP, ["app"], {"old"}, unlimited())  # type: ignore[arg-type]
     assert cli.asked == 1
 
@@ -236,6 +249,26 @@ def test_a_registry_collection_waits_for_pushes_and_later_pushes_wait_for_it() -
     for thread in (first, collector, later):
         thread.join(5)
     assert order == ["first pushes", "collects", "later pushes"]
+
+
+def test_a_push_waiting_for_a_collection_can_be_stopped(tmp_path: Path) -> None:
+    """A close (or a newer push, or the deadline) stops a deploy whose push waits for the collection."""
+    gate, control = PushGate(), FlowControl(60)
+    log = DeploymentLog(tmp_path / "log")
+    with gate.collecting():
+        threading.Timer(0.3, control.cancel, args=("closed",)).start()
+        with pytest.raises(FlowAborted), gate.pushing(control, log):
+            pass
+    assert "waiting for the registry's garbage collection" in (tmp_path / "log").read_text()
+    with gate.pushing(control=None):  # the collection done, pushes go on
+        pass
+
+
+def test_the_collection_is_due_an_interval_after_the_last_run_whatever_the_restarts(tmp_path: Path) -> None:
+    assert due(tmp_path, 3600)  # never ran
+    (tmp_path / GC_FILE).write_text(GcRun(at=datetime.now(UTC) - timedelta(minutes=30), ok=True,
+                                          seconds=1.0).model_dump_json())
+    assert not due(tmp_path, 3600) and due(tmp_path, 1800)
 
 
 def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:

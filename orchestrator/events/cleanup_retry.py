@@ -2,8 +2,10 @@
 CLEANUP_RETRY_INTERVAL_SECONDS, a record the cleanup flow left failed with "Cleanup incomplete: …" gets a `closed`
 event again, until nothing of the preview is left and the record goes.
 
-The retry goes through the inbox like the TTL's cleanups, serialised with the pull request's other work. A
-preview that already has an event to run is skipped (a reopen deploys it; a queued cleanup needs no company).
+The retry goes through the inbox like the TTL's cleanups, serialised with the pull request's other work. It is
+queued only for a deployment with no event to run, checked as it is stored (a `closed` would cancel a `reopened`
+that a webhook just queued); and the cleanup flow runs a retry only while the record is still one whose cleanup
+is incomplete (a `reopened` that came after the retry was queued has deployed the preview again).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from datetime import UTC, datetime
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.periodic import EventScheduler
-from orchestrator.state.records import DeploymentRecord, event_for_record
+from orchestrator.flows.cleanup import RETRY_PREFIX
+from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 
 log = logging.getLogger("orchestrator.events.cleanup_retry")
 
@@ -32,8 +35,11 @@ class CleanupRetryScheduler(EventScheduler):
     async def check(self, now: datetime | None = None) -> int:
         """Queue a cleanup again for every unfinished one without an event to run; returns how many."""
         records = await asyncio.to_thread(self._unfinished)
-        waiting = await asyncio.to_thread(self._inbox.open_deployments)
         stamp = int((now or datetime.now(UTC)).timestamp())
         return await self.queue([
-            (event_for_record(record, "closed", f"cleanup-retry-{record.deploymentId}-{stamp}"),
-             f"cleanup retried ({record.error})") for record in records if record.deploymentId not in waiting])
+            (retry_event(record, stamp), f"cleanup retried ({record.error})") for record in records],
+            only_if_idle=True)
+
+
+def retry_event(record: DeploymentRecord, stamp: int) -> PullRequestEvent:
+    return event_for_record(record, "closed", f"{RETRY_PREFIX}{record.deploymentId}-{stamp}")

@@ -68,6 +68,11 @@ class Accepted:
     seq: int
     duplicate: bool
     stale: bool = False  # older than an event already accepted for the pull request: not stored (seq 0)
+    busy: bool = False  # accept(only_if_idle=True) and the deployment has an event to run: not stored (seq 0)
+
+    @property
+    def stored(self) -> bool:
+        return self.seq > 0 and not self.duplicate
 
 
 @dataclass(frozen=True)
@@ -102,15 +107,21 @@ class Inbox:
         with self._lock:
             self._db.close()
 
-    def accept(self, event: PullRequestEvent) -> Accepted:
+    def accept(self, event: PullRequestEvent, only_if_idle: bool = False) -> Accepted:
         """Store `event` durably; a delivery id seen before is reported as a duplicate, and an event whose pull
-        request's `updated_at` is older than that of one already accepted for it as stale; neither is stored."""
+        request's `updated_at` is older than that of one already accepted for it as stale; neither is stored.
+        `only_if_idle`: stored only when the deployment has no event to run, checked in the same transaction (the
+        service's own retries must not cancel, nor follow, what a webhook just queued)."""
         with self._lock, self._transaction():
             row = self._db.execute(
                 "SELECT seq FROM events WHERE delivery_id = ?", (event.delivery_id,)
             ).fetchone()
             if row:
                 return Accepted(seq=row[0], duplicate=True)
+            if only_if_idle and self._db.execute(
+                    "SELECT 1 FROM events WHERE deployment_id = ? AND status IN ('pending', 'running') LIMIT 1",
+                    (event.deployment_id,)).fetchone():
+                return Accepted(seq=0, duplicate=False, busy=True)
             self._check_owner(event)
             if self._stale(event):
                 return Accepted(seq=0, duplicate=False, stale=True)

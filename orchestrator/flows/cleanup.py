@@ -18,6 +18,7 @@ from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 log = logging.getLogger("orchestrator.flows.cleanup")
 INCOMPLETE = "Cleanup incomplete: "  # starts the error of a record whose cleanup is retried (events/cleanup_retry.py)
+RETRY_PREFIX = "cleanup-retry-"  # the delivery id of such a retry
 
 
 class CleanupFlow:
@@ -26,8 +27,11 @@ class CleanupFlow:
         self.reporter = reporter
 
     def run(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> None:
-        target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
         extra = {"deploymentId": event.deployment_id}
+        if event.delivery_id.startswith(RETRY_PREFIX) and not incomplete(existing):
+            log.info("cleanup retry not run: the preview's cleanup is no longer incomplete", extra=extra)
+            return  # a reopen deployed it again meanwhile, or another cleanup finished it
+        target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
         compose_file = next((target.work_dir / name for name in (REPO_COMPOSE_OUTPUT, GENERATED_COMPOSE)
                              if (target.work_dir / name).is_file()), None)
         problems = self.c.runtime.remove(event.deployment_id, compose_file)
@@ -56,3 +60,8 @@ class CleanupFlow:
         if existing is not None and existing.codehostDeploymentId is not None:
             self.reporter.status(event, existing.codehostDeploymentId, "inactive", "Preview removed")
         log.info("cleaned up", extra=extra)
+
+
+def incomplete(record: DeploymentRecord | None) -> bool:
+    """A record the cleanup flow left behind: something of the preview could not be removed yet."""
+    return record is not None and record.status == "failed" and (record.error or "").startswith(INCOMPLETE)

@@ -14,7 +14,7 @@ from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ACTIVITY_DIR, OPEN_DIR, ProxyError
 from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.flows import comments
-from orchestrator.flows.cleanup import INCOMPLETE
+from orchestrator.flows.cleanup import incomplete
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.records import mark_lost, set_fields
 from orchestrator.flows.reporting import Reporter
@@ -66,8 +66,7 @@ class Reconciler:
 
     def unfinished_cleanups(self) -> list[DeploymentRecord]:
         """Previews whose cleanup left something behind (the record says what): to be cleaned up again."""
-        return [r for r in self.c.store.read().deployments.values()
-                if r.status == "failed" and (r.error or "").startswith(INCOMPLETE)]
+        return [r for r in self.c.store.read().deployments.values() if incomplete(r)]
 
     def report_lost(self) -> int:
         """Running previews the runtime knows to be gone (a swarm node that left): failed, with the reason in the

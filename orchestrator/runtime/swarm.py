@@ -31,7 +31,7 @@ from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm_doctor import swarm_checks
-from orchestrator.runtime.swarm_gc import GcRun, PushGate, collect
+from orchestrator.runtime.swarm_gc import GcRun, PushGate, collect, due
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_removal import remove_deployment
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
@@ -239,9 +239,10 @@ class SwarmRuntime:
         return swarm_checks(self.cli, self.registry, self._gc_command, self._gc_interval, self._state_dir)
 
     def collect_garbage(self) -> GcRun | None:
-        """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND), while no push runs; None when the
-        operator collects it (Runtime's optional `collect_garbage`)."""
-        if not self._gc_command or self._state_dir is None:
+        """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND), while no push runs, once the last run
+        is SWARM_REGISTRY_GC_INTERVAL_SECONDS old; None when the operator collects it or it is not due (Runtime's
+        optional `collect_garbage`)."""
+        if not self._gc_command or self._state_dir is None or not due(self._state_dir, self._gc_interval):
             return None
         return collect(self._gc_command, self._state_dir, self._gate, self._env)
 
@@ -257,7 +258,7 @@ class SwarmRuntime:
         into the shared mirror (the nodes need nothing but SWARM_REGISTRY)."""
         document = self.compose.normalized(compose_file, deployment_id)
         images: dict[str, str] = {}
-        with self._gate.pushing():
+        with self._gate.pushing(control, log):
             for name, service in (document.get("services") or {}).items():
                 images[name] = self._push_one(deployment_id, compose_file, name, service, log, control)
         return images
@@ -331,10 +332,12 @@ class SwarmRuntime:
 
     @staticmethod
     def _specs(deployment_id: str, services: list[dict[str, Any]]) -> dict[str, Any]:
-        """service -> what its tasks are made from (task template and endpoint), as the swarm has it: a service
-        whose spec a deploy changed gets new tasks. In the order of `services`."""
+        """service -> what its tasks are made from (task template, endpoint, replicas), as the swarm has it: a
+        service whose spec a deploy changed gets new tasks (or, scaled back from zero, its task). In the order of
+        `services`."""
         return {service["Spec"]["Name"].removeprefix(f"{deployment_id}_"):
-                (service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec")) for service in services}
+                (service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec"), service["Spec"].get("Mode"))
+                for service in services}
 
     def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
                 control: FlowControl, before: dict[str, Any], ended: set[str]) -> None:

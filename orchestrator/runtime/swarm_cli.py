@@ -110,6 +110,13 @@ class SwarmCli:
                               str(item.get("Error", "")).strip('"')))
         return tasks
 
+    def task_nodes(self, task_ids: list[str]) -> dict[str, str]:
+        """Task id -> the id of the node it was given to ('' while unassigned)."""
+        if not task_ids:
+            return {}
+        output = self.docker(["inspect", "--type", "task", "--format", "{{.ID}} {{.NodeID}}", *task_ids], timeout=30)
+        return dict((line.split() + [""])[:2] for line in output.splitlines() if line.strip())
+
     def deploy(self, stack: str, stack_file: Path, log: DeploymentLog, control: FlowControl, prune: bool) -> None:
         self.docker(["stack", "deploy", "--detach=true", "--with-registry-auth", "--resolve-image", "always",
                      *(["--prune"] if prune else []), "--compose-file", str(stack_file), stack],

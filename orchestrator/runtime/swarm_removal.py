@@ -17,6 +17,7 @@ import time
 
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm_registry import Registry, RegistryError
 from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL
@@ -45,7 +46,10 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
     for node_id in held - {node.id for node in nodes}:
         log.warning("node %s, which ran the preview, left the swarm: its volumes stay on that machine", node_id,
                     extra={"deploymentId": deployment_id})
-    away = {node.id: why for node in nodes if node.id in held
+    # Without services nothing says which nodes held the preview (a stack removed by hand, or by a version that
+    # removed it first): every node that is down might, and keeps the record until it is back.
+    suspects = held if services else {node.id for node in nodes if node.state != "ready"}
+    away = {node.id: why for node in nodes if node.id in suspects
             and (why := _unreachable(cli, node, cli.engine(node.hostname, manager))) is not None}
     problems: list[str] = []
     try:
@@ -53,7 +57,7 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
             cli.scale_to_zero([service["Spec"]["Name"] for service in services], None)
     except CommandFailed as exc:
         problems.append(f"stack: {exc.tail(3) or exc}")
-    problems += _clear_nodes(cli, registry, deployment_id, manager, nodes, away, sorted(volumes))
+    problems += _clear_nodes(cli, registry, deployment_id, manager, nodes, away, sorted(volumes), bool(services))
     if not problems:  # every node is clear: the services' labels are no longer needed
         try:
             if services or cli.networks(f"{STACK_LABEL}={deployment_id}"):
@@ -61,9 +65,12 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
         except CommandFailed as exc:
             problems.append(f"stack: {exc.tail(3) or exc}")
         problems += _remove_networks(cli, deployment_id)
-    try:  # what `docker compose build` made, and the registry references tagged from it
+    try:  # what `docker compose build` made, and the registry references tagged from it; an image pulled on the
+        # manager carries whatever labels its publisher gave it: only these names are the preview's own
+        ours = (f"{BUILT_IMAGES}/", registry.repository_prefix(deployment_id))
         for reference in cli.images("", "", label=f"com.docker.compose.project={deployment_id}"):
-            cli.docker(["image", "rm", reference], timeout=120)
+            if reference.startswith(ours):
+                cli.docker(["image", "rm", reference], timeout=120)
     except CommandFailed as exc:
         problems.append(f"built image: {exc.tail(2) or exc}")
     try:
@@ -90,17 +97,22 @@ def _unreachable(cli: SwarmCli, node: SwarmNode, engine: str | None) -> str | No
 
 
 def _clear_nodes(cli: SwarmCli, registry: Registry, deployment_id: str, manager: str, nodes: list[SwarmNode],
-                 away: dict[str, str], volumes: list[str]) -> list[str]:
+                 away: dict[str, str], volumes: list[str], known: bool) -> list[str]:
     """Every node that can be reached is cleared (a preview that moved may have left a volume anywhere); a node
     that held the preview and cannot be reached is named, with its volumes and the retry that follows."""
     problems: list[str] = []
     prefix = registry.repository_prefix(deployment_id)
     named = f" ({', '.join(volumes)})" if volumes else ""
     for node in nodes:
-        if node.id in away:
+        if node.id in away and known:
             problems.append(f"node {node.hostname}: the preview's volumes stay there ({away[node.id]}){named}; "
                             "its services are kept, scaled to zero, and the cleanup is tried again until the node "
                             "is back")
+            continue
+        if node.id in away:
+            problems.append(f"node {node.hostname}: the preview's volumes may be there ({away[node.id]}; the "
+                            "preview's services are gone, so which nodes held it is not known); the cleanup is "
+                            "tried again until the node is back, or `docker node rm` it")
             continue
         engine = cli.engine(node.hostname, manager)
         if engine is None or node.state != "ready":

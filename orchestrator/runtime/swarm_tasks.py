@@ -37,11 +37,20 @@ def await_rollout(cli: SwarmCli, deployment_id: str, services: list[str], baseli
     health check; or has completed) and none of before still runs (on a node that is up: a down node's tasks
     keep the state they had): `docker stack deploy` only hands the swarm the new specs, and the health check must
     not be answered by the app being replaced."""
-    away = {node.hostname for node in cli.nodes() if node.state != "ready"}  # their tasks' states are stale
+    ready = {node.id for node in cli.nodes() if node.state == "ready"}  # elsewhere a task's state is stale
+    nodes_of: dict[str, str] = {}  # task id -> node id, asked once per task (`stack ps` names nodes by hostname,
+    # or by id once the node is gone: neither tells a node that left from one that rejoined under its name)
+
+    def running_before(task: Task) -> bool:
+        if task.id not in baseline or task.state not in LIVE:
+            return False
+        if task.id not in nodes_of:
+            nodes_of.update(cli.task_nodes([task.id]))
+        return nodes_of.get(task.id, "") in ready
 
     def rolled_out(name: str, tasks: list[Task]) -> bool:
         mine = [task for task in tasks if task.service == name]
-        if any(task.id in baseline and task.state in LIVE and task.node not in away for task in mine):
+        if any(running_before(task) for task in mine):
             return False
         return any(task.id not in baseline and task.state in ("running", "complete") for task in mine)
 
