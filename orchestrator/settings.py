@@ -93,7 +93,7 @@ class Settings(PluginSettings):
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
-    event_handler: str = "orchestrator.flows:DeployEngine"
+    event_handler: str = "orchestrator.flows:build_engine"
     # Pull requests whose head repository is not the base repository run code from outside the team.
     allow_fork_prs: bool = False
     health_check_interval_seconds: float = Field(default=5.0, gt=0, le=600)
@@ -208,8 +208,9 @@ class Settings(PluginSettings):
     @field_validator("event_handler")
     @classmethod
     def _handler(cls, value: str) -> str:
-        """The default as 0.1's layout spelled it, which an operator may have written down, is the default."""
-        return "orchestrator.flows:DeployEngine" if value == "orchestrator.engine:DeployEngine" else value
+        """The default as earlier versions spelled it, which an operator may have written down, is the default."""
+        old = ("orchestrator.engine:DeployEngine", "orchestrator.flows:DeployEngine")
+        return "orchestrator.flows:build_engine" if value in old else value
 
     @field_validator("proxy_test_command", "proxy_reload_command")
     @classmethod

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.flows.engine import DeployEngine
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
 from orchestrator.rendering.plugin_host import PluginHost
 from tests.conftest import SettingsFactory
+from tests.support.engines import engine_for
 from tests.support.standins import STANDIN_OVERRIDES, require_engine
 
 SAMPLES = Path(__file__).parent / "sample_apps"
@@ -66,7 +66,7 @@ def test_a_cache_mount_takes_no_option_from_its_arguments() -> None:
 def test_comments_never_show_a_cache_id(make_settings: SettingsFactory) -> None:
     context = make_context("acme", "shop", 1, 8001, 9001, KEY, build_cache=True)
     line = f"#9 [app build 5/5] RUN {context.cache_mount('go-build', GO_CACHE)}go build ."
-    masked = DeployEngine(make_settings()).context.mask(line)
+    masked = engine_for(make_settings()).context.mask(line)
     assert CACHE_ID_PREFIX in line and MOUNT.search(line)
     assert masked == f"#9 [app build 5/5] RUN --mount=type=cache,id={CACHE_ID_PREFIX}***,target={GO_CACHE} go build ."
 

@@ -22,6 +22,7 @@ from orchestrator.flows.engine import INTERRUPTED, DeployEngine
 from orchestrator.flows.handler import FlowError
 from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
 from tests.conftest import SettingsFactory
+from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.standins import require_engine
 
@@ -39,7 +40,7 @@ def make_engine(make_settings: SettingsFactory, codehost: FakeCodeHost, **overri
     values = {"codehost_api_url": codehost.url, "proxy_listen_port": 1,
               "proxy_test_command": "true", "proxy_reload_command": "true",
               "codehost_retry_base_seconds": 0.0, **overrides}
-    return DeployEngine(make_settings(**values))
+    return engine_for(make_settings(**values))
 
 
 def record(pr: int, status: str = "running", age_days: float = 0) -> DeploymentRecord:

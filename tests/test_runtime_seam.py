@@ -25,6 +25,7 @@ from orchestrator.plugin_api import (
 from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
+from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.repos import config_for
@@ -155,7 +156,7 @@ def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codeh
                              proxy_reload_command="true", allowed_clone_protocols="file",
                              build_commands_mode="off", proxy_listen_port=1, **values)
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
-    return DeployEngine(settings, plugins=host), plugin
+    return engine_for(settings, host), plugin
 
 
 def test_deploy_update_and_cleanup_go_through_the_runtime_from_the_plugin(
@@ -219,11 +220,11 @@ def test_an_unknown_runtime_names_the_ones_there_are(make_settings: SettingsFact
     settings = make_settings(runtime="kubernetes")
     with pytest.raises(PluginError, match=r"RUNTIME 'kubernetes' is not provided by any plugin \(available: "
                                           r"compose, swarm\)"):
-        DeployEngine(settings, plugins=build_plugin_host(load_entry_points=False))
+        engine_for(settings)
 
 
 def test_compose_is_the_default_runtime(make_settings: SettingsFactory) -> None:
-    engine = DeployEngine(make_settings(), plugins=build_plugin_host(load_entry_points=False))
+    engine = engine_for(make_settings())
     assert engine.runtime.name == "compose"
 
 

@@ -122,6 +122,7 @@ def test_version_flag() -> None:
 
 
 def test_the_event_handler_as_the_old_layout_spelled_it_is_the_default() -> None:
-    settings = _load(codehost_webhook_secret=SECRET_VALUE, event_handler="orchestrator.engine:DeployEngine")
-    assert settings.event_handler == "orchestrator.flows:DeployEngine"
+    for old in ("orchestrator.engine:DeployEngine", "orchestrator.flows:DeployEngine"):
+        assert _load(codehost_webhook_secret=SECRET_VALUE, event_handler=old).event_handler == \
+            "orchestrator.flows:build_engine"
     assert _load(codehost_webhook_secret=SECRET_VALUE, event_handler="mine:Handler").event_handler == "mine:Handler"

@@ -1,8 +1,8 @@
 """The flows: what processing one pull-request event means (deploy, update, cleanup, start-up reconciliation).
 
-`DeployEngine` (engine.py) is the default EVENT_HANDLER; `FlowError` is how a flow says it failed."""
+`build_engine` (engine.py) is the default EVENT_HANDLER; `FlowError` is how a flow says it failed."""
 
-from orchestrator.flows.engine import DeployEngine
+from orchestrator.flows.engine import DeployEngine, build_engine
 from orchestrator.flows.handler import EventHandler, FlowError
 
-__all__ = ["DeployEngine", "EventHandler", "FlowError"]
+__all__ = ["DeployEngine", "EventHandler", "FlowError", "build_engine"]

@@ -51,13 +51,13 @@ class FlowContext:
     """The flows' shared dependencies, built once by the engine."""
 
     def __init__(self, settings: Settings, plugins: PluginHost, codehost: CodeHost, metrics: Metrics,
-                 runtime: Runtime) -> None:
+                 runtime: Runtime, store: DeploymentStore) -> None:
         self.settings = settings
         self.plugins = plugins
         self.codehost = codehost
         self.metrics = metrics
         self.runtime = runtime
-        self.store = DeploymentStore(settings.deployments_db)
+        self.store = store
         self.env = HostEnv.for_state_dir(settings.state_dir)
         self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
                        settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,

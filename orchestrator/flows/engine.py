@@ -26,25 +26,32 @@ from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import collect_garbage
-from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
+from orchestrator.plugin_api.runtime import Runtime, collect_garbage
+from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
+from orchestrator.state.store import DeploymentStore
 
-__all__ = ["INTERRUPTED", "DeployEngine"]
+__all__ = ["INTERRUPTED", "DeployEngine", "build_engine"]
 log = logging.getLogger("orchestrator.flows.engine")
 FORK_REFUSAL = ("Pull requests from forks are not deployed: their code would run on the preview host. "
                 "A maintainer can push the branch to this repository, or the operator can set ALLOW_FORK_PRS=true.")
 
 
+def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, store: DeploymentStore) -> DeployEngine:
+    """The default EVENT_HANDLER, called by the composition root (http/app.py `create_app`) with what it built
+    once: the engine with the code host's client and the runtime RUNTIME names."""
+    codehost = CodeHost(settings.codehost_api_url, settings.codehost_token.get_secret_value(),
+                        retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
+    return DeployEngine(settings, plugins, codehost, metrics, store, plugins.runtime(settings.runtime, settings))
+
+
 class DeployEngine:
-    def __init__(self, settings: Settings, plugins: PluginHost | None = None,
-                 codehost: CodeHost | None = None, metrics: Metrics | None = None) -> None:
-        plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
-        metrics = metrics or Metrics()
-        codehost = codehost or CodeHost(settings.codehost_api_url, settings.codehost_token.get_secret_value(),
-                                        retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
-        self.context = FlowContext(settings, plugins, codehost, metrics, plugins.runtime(settings.runtime, settings))
+    """Every dependency is given (build_engine): the engine builds none of them."""
+
+    def __init__(self, settings: Settings, plugins: PluginHost, codehost: CodeHost, metrics: Metrics,
+                 store: DeploymentStore, runtime: Runtime) -> None:
+        self.context = FlowContext(settings, plugins, codehost, metrics, runtime, store)
         self.reporter = Reporter(codehost, self.context.store, settings)
         self.deploy_flow = DeployFlow(self.context, self.reporter)
         self.cleanup_flow = CleanupFlow(self.context, self.reporter)

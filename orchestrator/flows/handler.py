@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Protocol
 
 from orchestrator.common.flow_control import FlowControl
@@ -10,6 +11,7 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import PullRequestEvent
+from orchestrator.state.store import DeploymentStore
 
 
 class FlowError(Exception):
@@ -30,12 +32,16 @@ class EventHandler(Protocol):
         """
 
 
-def load_handler(settings: Settings, plugins: PluginHost, metrics: Metrics) -> EventHandler:
-    """Instantiate EVENT_HANDLER (`module:callable`, called as `factory(settings, plugins=..., metrics=...)`;
-    the handler records into `metrics`, which `GET /metrics` serves)."""
+def load_handler(settings: Settings, plugins: PluginHost, metrics: Metrics, store: DeploymentStore) -> EventHandler:
+    """Instantiate EVENT_HANDLER (`module:callable`, called as `factory(settings, plugins=..., metrics=...,
+    store=...)`; `store` only when the factory takes it). The handler records into `metrics`, which `GET /metrics`
+    serves, and tracks previews in `store`, which the API reads."""
     module_name, _, attribute = settings.event_handler.partition(":")
     if not module_name or not attribute:
         raise ValueError("EVENT_HANDLER is not valid: expected module:callable")
     factory = getattr(importlib.import_module(module_name), attribute)
-    handler: EventHandler = factory(settings, plugins=plugins, metrics=metrics)
+    parameters = inspect.signature(factory).parameters
+    takes_store = "store" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    extra = {"store": store} if takes_store else {}
+    handler: EventHandler = factory(settings, plugins=plugins, metrics=metrics, **extra)
     return handler

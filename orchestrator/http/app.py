@@ -105,14 +105,12 @@ def create_app(
     handler: EventHandler | None = None,
     plugins: PluginHost | None = None,
 ) -> falcon.asgi.App:
+    # The composition root: every dependency is built here, once, and handed on (the CLI's `serve` comes here too).
     settings = settings or load_settings()
     plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     metrics = Metrics()
-    handler = handler or load_handler(settings, plugins, metrics)
-    # One store object for the handler and the API, so that they share its cache of the parsed file.
-    shared = getattr(handler, "store", None)
-    store = shared if isinstance(shared, DeploymentStore) and shared.path == settings.deployments_db \
-        else DeploymentStore(settings.deployments_db)
+    store = DeploymentStore(settings.deployments_db)  # one object: the handler and the API share its cache
+    handler = handler or load_handler(settings, plugins, metrics, store)
     inbox = Inbox(settings.inbox_path)
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
     metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
