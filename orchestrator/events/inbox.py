@@ -57,10 +57,11 @@ class InboxError(Exception):
 class DeploymentTaken(Exception):
     """An open event of another repository holds this deployment id (their names give the same slug)."""
 
-    def __init__(self, owner: str, name: str) -> None:
+    def __init__(self, owner: str, name: str, deployment_id: str = "") -> None:
         super().__init__(f"{owner}/{name}")
         self.owner = owner
         self.name = name
+        self.deployment_id = deployment_id
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ class Inbox:
         for (event_json,) in rows:
             other = PullRequestEvent.model_validate_json(event_json)
             if other.repository != event.repository:
-                raise DeploymentTaken(other.repo_owner, other.repo_name)
+                raise DeploymentTaken(other.repo_owner, other.repo_name, event.deployment_id)
 
     def _stale(self, event: PullRequestEvent) -> bool:
         """Whether the pull request has changed since `event` was sent, or `event` repeats the newest one (same

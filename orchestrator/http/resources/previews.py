@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from orchestrator.common.naming import is_valid_deployment_id
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import DeploymentTaken, Inbox
-from orchestrator.events.local_previews import LocalPreviewRefused, local_event
+from orchestrator.events.inbox import Inbox
+from orchestrator.events.local_previews import local_event
 from orchestrator.events.webhook import describe_problems
 from orchestrator.http.resources.deployment_logs import DeploymentLogResource
 from orchestrator.settings import Settings
@@ -49,11 +49,9 @@ class PreviewListResource:
             raise falcon.HTTPForbidden(description="Local previews are switched off (LOCAL_PREVIEWS=false)")
         try:
             request = LocalPreviewRequest.model_validate(await req.get_media())
-            event = local_event(request)
+            event = local_event(request)  # LocalPreviewRefused: a 400 (errors.py)
         except ValidationError as exc:
             raise falcon.HTTPBadRequest(description="Invalid request: " + describe_problems(exc)) from None
-        except LocalPreviewRefused as exc:
-            raise falcon.HTTPBadRequest(description=str(exc)) from None
         data = await asyncio.to_thread(self._store.read)
         existing = data.deployments.get(event.deployment_id)
         if existing is not None and not existing.belongs_to(event):
@@ -62,11 +60,7 @@ class PreviewListResource:
         if existing is None and len(data.deployments) >= self._settings.max_concurrent_previews:
             raise falcon.HTTPConflict(description=f"Preview limit reached: {len(data.deployments)} previews "
                                       "exist (MAX_CONCURRENT_PREVIEWS)")
-        try:
-            await asyncio.to_thread(self._inbox.accept, event)
-        except DeploymentTaken as taken:
-            raise falcon.HTTPConflict(description=foreign_repository_message(
-                event.deployment_id, taken.owner, taken.name)) from None
+        await asyncio.to_thread(self._inbox.accept, event)
         log.info("local preview of %s requested", request.path, extra={"deploymentId": event.deployment_id})
         self._dispatcher.notify()
         resp.status = falcon.HTTP_202
