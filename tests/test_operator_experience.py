@@ -110,7 +110,7 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "metrics.txt").write_text(text)  # the README's sample comes from here
+    (ARTIFACTS / "metrics.txt").write_text(text)  # docs/operations.md's sample comes from here
     assert metric(text, "preview_orchestrator_deploys_total", framework="python", result="success") >= 2
     assert metric(text, "preview_orchestrator_deploy_duration_seconds_count", result="success") >= 2
     assert metric(text, "preview_orchestrator_health_check_duration_seconds_count", result="healthy") >= 2

@@ -116,7 +116,8 @@ def site_text(settings: Settings, bucket: bool = True) -> str:
 def ensure_site(settings: Settings, env: HostEnv) -> SiteResult:
     dump = dump_command(settings.proxy_test_command)
     if dump is None:
-        return SiteResult(False, "PROXY_TEST_COMMAND is not `nginx -t`: configure your proxy by hand (README)")
+        return SiteResult(False, "PROXY_TEST_COMMAND is not `nginx -t`: configure your proxy by hand "
+                                 "(docs/operations.md)")
     try:
         current = run(dump, cwd=None, env=env.tools(), timeout=60, log=None)
     except CommandFailed as exc:

@@ -158,7 +158,7 @@ def _routes_included(settings: Settings, env: HostEnv) -> Check:
                      f"set `server_names_hash_bucket_size {NAMES_BUCKET_SIZE};` once at http level")
     found = includes_routes(output, settings.proxy_config_dir)
     return Check(name, found, "" if found else "previews would answer 404",
-                 "run preview-orchestrator setup-nginx, or add the include to your server block (README)")
+                 "run preview-orchestrator setup-nginx, or add the include to your server block (docs/operations.md)")
 
 
 def _writable(label: str, directory: Path, variable: str) -> Check:
