@@ -132,6 +132,18 @@ def test_detection_reads_the_checkout_through_project_files(host, tmp_path: Path
     assert host.detect_framework(repo).framework == "nestjs"  # neither go nor laravel: the default
 
 
+def test_a_listing_hook_implemented_under_another_name_counts() -> None:
+    """`specname=`: pluggy calls it po_frameworks, and so does the host's listing (it asks pluggy, not the module)."""
+    @hookimpl(specname="po_frameworks")
+    def frameworks_of_mine() -> list[FrameworkSpec]:
+        return [FrameworkSpec(name="elixir", default_port=4000, default_entrypoint="mix phx.server")]
+
+    host = build_plugin_host(load_entry_points=False,
+                             extra_plugins=[("mine", types.SimpleNamespace(frameworks_of_mine=frameworks_of_mine))])
+    assert "elixir" in host.provided.frameworks
+    assert [p["frameworks"] for p in host.describe() if p["name"] == "mine"] == [["elixir"]]
+
+
 def test_detection_by_a_third_party_rank() -> None:
     """A plugin written before `project` was passed (it takes `repo_dir` only) still answers."""
     @hookimpl

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig, ensure_inside
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.types import AppService, DatabaseWiring, RenderContext, ServiceWiring
+from orchestrator.plugin_api.types import RenderContext
 from orchestrator.rendering.compose_document import (
     GENERATED_COMPOSE,
     INJECTED_DOCKERFILE,
@@ -33,8 +33,7 @@ def generated(
         ensure_inside(repo_dir, repo_dir / "Dockerfile", "Dockerfile")
         dockerfile = "Dockerfile"
     else:
-        text = host.hook.po_dockerfile(framework=config.framework, config=config, context=context,
-                                       project=ProjectFiles(repo_dir))
+        text = host.dockerfile(config.framework, config, context, ProjectFiles(repo_dir))
         if text is None:
             raise ConfigError([f"framework {config.framework} has no default Dockerfile; add a Dockerfile"])
         files[INJECTED_DOCKERFILE] = text
@@ -42,9 +41,9 @@ def generated(
 
     if dockerfile != INJECTED_DOCKERFILE and (problems := dockerfile_problems(repo_dir / dockerfile, dockerfile)):
         raise ConfigError(problems)
-    app = _app_service(host, config, context, ProjectFiles(repo_dir))
-    database = _database(host, config, context)
-    extras = [_extra(host, name, context) for name in config.extra_services]
+    app = host.app_service(config.framework, config, context, ProjectFiles(repo_dir))
+    database = host.database(config.database, context)
+    extras = [host.extra_service(name, context) for name in config.extra_services]
 
     environment: dict[str, str] = {}
     environment.update(app.service.get("environment") or {})
@@ -101,27 +100,4 @@ def generated(
         pending_startup=pending,
         seed=database.seed,
     )
-
-
-def _app_service(host: PluginHost, config: PreviewConfig, context: RenderContext,
-                 project: ProjectFiles) -> AppService:
-    answer = host.hook.po_app_service(framework=config.framework, config=config, context=context, project=project)
-    if answer is None:
-        raise ConfigError([f"framework {config.framework} has no app service; a plugin is missing"])
-    return AppService.model_validate(answer)
-
-
-def _database(host: PluginHost, config: PreviewConfig, context: RenderContext) -> DatabaseWiring:
-    answer = host.hook.po_database(database=config.database, context=context)
-    if answer is None:
-        raise ConfigError([f"database {config.database} has no service; a plugin is missing"])
-    return DatabaseWiring.model_validate(answer)
-
-
-def _extra(host: PluginHost, name: str, context: RenderContext) -> ServiceWiring:
-    answer = host.hook.po_extra_service(service=name, context=context)
-    if answer is None:
-        raise ConfigError([f"extra service {name} has no template; a plugin is missing"])
-    return ServiceWiring.model_validate(answer)
-
 

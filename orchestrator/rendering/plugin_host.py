@@ -12,10 +12,19 @@ from typing import Any
 import pluggy
 
 from orchestrator.plugin_api import hookspecs
-from orchestrator.plugin_api.preview_config import KnownNames
+from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
-from orchestrator.plugin_api.types import DatabaseSpec, Detection, FrameworkSpec, ServiceSpec
+from orchestrator.plugin_api.types import (
+    AppService,
+    DatabaseSpec,
+    DatabaseWiring,
+    Detection,
+    FrameworkSpec,
+    RenderContext,
+    ServiceSpec,
+    ServiceWiring,
+)
 
 ENTRY_POINT_GROUP = "preview_orchestrator"
 DISTRIBUTION = "preview-orchestrator"
@@ -79,6 +88,36 @@ class PluginHost:
             return Detection(framework=DEFAULT_FRAMEWORK, rank=1000, reason="nothing matched; the default")
         return min(answers, key=lambda a: a.rank)
 
+    # One typed method per rendering hook: the answer is validated here, once, and a missing one is the
+    # ConfigError every caller would raise.
+
+    def dockerfile(self, framework: str, config: PreviewConfig, context: RenderContext,
+                   project: ProjectFiles) -> str | None:
+        """The framework's default Dockerfile (None: it has none; the repository must bring one)."""
+        text = self.hook.po_dockerfile(framework=framework, config=config, context=context, project=project)
+        if text is not None and not isinstance(text, str):
+            raise PluginError(f"po_dockerfile for {framework!r} answered {type(text).__name__}, not text")
+        return text
+
+    def app_service(self, framework: str, config: PreviewConfig, context: RenderContext,
+                    project: ProjectFiles) -> AppService:
+        answer = self.hook.po_app_service(framework=framework, config=config, context=context, project=project)
+        if answer is None:
+            raise ConfigError([f"framework {framework} has no app service; a plugin is missing"])
+        return AppService.model_validate(answer)
+
+    def database(self, name: str, context: RenderContext) -> DatabaseWiring:
+        answer = self.hook.po_database(database=name, context=context)
+        if answer is None:
+            raise ConfigError([f"database {name} has no service; a plugin is missing"])
+        return DatabaseWiring.model_validate(answer)
+
+    def extra_service(self, name: str, context: RenderContext) -> ServiceWiring:
+        answer = self.hook.po_extra_service(service=name, context=context)
+        if answer is None:
+            raise ConfigError([f"extra service {name} has no template; a plugin is missing"])
+        return ServiceWiring.model_validate(answer)
+
     def runtime(self, name: str, settings: Any) -> Runtime:
         """The runtime called `name` (RUNTIME), built by the plugin that provides it."""
         if name not in self.provided.runtimes:
@@ -122,20 +161,21 @@ class PluginHost:
         return sorted(n for (k, n), owners in self.provided.owners.items() if k == kind and plugin_name in owners)
 
     def _collect(self) -> Provided:
+        """What each plugin provides, asked through pluggy's own implementations of the listing hooks (so a
+        hook implemented under another name with `specname=` counts), in registration order."""
         provided = Provided()
-        for name, plugin in self.manager.list_name_plugin():
-            if plugin is None:
-                continue
-            for kind, hook, model, target in (
-                ("framework", "po_frameworks", FrameworkSpec, provided.frameworks),
-                ("database", "po_databases", DatabaseSpec, provided.databases),
-                ("service", "po_services", ServiceSpec, provided.services),
-                ("runtime", "po_runtimes", RuntimeSpec, provided.runtimes),
-            ):
-                implementation = getattr(plugin, hook, None)
-                if implementation is None:
-                    continue
-                for raw in implementation() or []:
+        order = [name for name, plugin in self.manager.list_name_plugin() if plugin is not None]
+        for kind, hook, model, target in (
+            ("framework", "po_frameworks", FrameworkSpec, provided.frameworks),
+            ("database", "po_databases", DatabaseSpec, provided.databases),
+            ("service", "po_services", ServiceSpec, provided.services),
+            ("runtime", "po_runtimes", RuntimeSpec, provided.runtimes),
+        ):
+            implementations = sorted(getattr(self.hook, hook).get_hookimpls(),
+                                     key=lambda impl: order.index(impl.plugin_name))
+            for implementation in implementations:
+                name = implementation.plugin_name
+                for raw in implementation.function() or []:
                     spec = model.model_validate(raw)
                     owners = provided.owners.setdefault((kind, spec.name), [])
                     owners.append(name)
