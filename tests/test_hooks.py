@@ -1,4 +1,5 @@
-"""Each hook called the way the host calls it: keyword arguments, None for names a plugin does not own."""
+"""Each hook called the way the host calls it (keyword arguments, None for names a plugin does not own), in a test
+named `test_hook_<spec>`: test_hook_coverage.py holds every hook spec to one."""
 
 from __future__ import annotations
 
@@ -6,24 +7,44 @@ from pathlib import Path
 
 from orchestrator.plugin_api.preview_config import PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.runtime import Runtime
 from orchestrator.plugin_api.types import DatabaseWiring, ServiceWiring
 from orchestrator.rendering.compose_file import make_context
 from orchestrator.rendering.plugin_host import PluginHost
+from tests.conftest import SettingsFactory
 from tests.support.repos import config_for
 
 CONTEXT = make_context("acme", "api", 5, 8005, 9005, b"k")
 
 
-def test_po_frameworks_databases_services_discovery(host: PluginHost) -> None:
+def test_hook_po_frameworks(host: PluginHost) -> None:
     frameworks = [spec.name for answer in host.hook.po_frameworks() for spec in answer]
-    databases = [spec.name for answer in host.hook.po_databases() for spec in answer]
-    services = [spec.name for answer in host.hook.po_services() for spec in answer]
     assert sorted(frameworks) == ["go", "laravel", "nestjs", "python", "rust"]
+
+
+def test_hook_po_databases(host: PluginHost) -> None:
+    databases = [spec.name for answer in host.hook.po_databases() for spec in answer]
     assert sorted(databases) == ["mongodb", "mysql", "postgres"]
+
+
+def test_hook_po_services(host: PluginHost) -> None:
+    services = [spec.name for answer in host.hook.po_services() for spec in answer]
     assert sorted(services) == ["mailpit", "memcached", "minio", "rabbitmq", "redis"]
 
 
-def test_po_detect_framework_answers_are_ranked(host: PluginHost, tmp_path: Path) -> None:
+def test_hook_po_runtimes(host: PluginHost) -> None:
+    runtimes = [spec.name for answer in host.hook.po_runtimes() for spec in answer]
+    assert sorted(runtimes) == ["compose", "swarm"]
+
+
+def test_hook_po_runtime(host: PluginHost, make_settings: SettingsFactory) -> None:
+    settings = make_settings()
+    runtime = host.hook.po_runtime(name="compose", settings=settings)
+    assert isinstance(runtime, Runtime) and runtime.name == "compose"
+    assert host.hook.po_runtime(name="kubernetes", settings=settings) is None
+
+
+def test_hook_po_detect_framework(host: PluginHost, tmp_path: Path) -> None:
     (tmp_path / "go.mod").write_text("module x\n")
     (tmp_path / "nest-cli.json").write_text("{}")
     called = host.hook.po_detect_framework(repo_dir=tmp_path, project=ProjectFiles(tmp_path))
@@ -31,18 +52,23 @@ def test_po_detect_framework_answers_are_ranked(host: PluginHost, tmp_path: Path
     assert answers == [(10, "nestjs"), (20, "go")]
 
 
-def test_po_dockerfile_and_po_app_service_answer_only_for_their_framework(host: PluginHost, tmp_path: Path) -> None:
+def test_hook_po_dockerfile(host: PluginHost, tmp_path: Path) -> None:
     config = PreviewConfig.model_validate(config_for("rust"))
     project = ProjectFiles(tmp_path)
     assert host.hook.po_dockerfile(framework="rust", config=config, context=CONTEXT,
                                    project=project).startswith("# Injected")
     assert host.hook.po_dockerfile(framework="unknown", config=config, context=CONTEXT, project=project) is None
+
+
+def test_hook_po_app_service(host: PluginHost, tmp_path: Path) -> None:
+    config = PreviewConfig.model_validate(config_for("rust"))
+    project = ProjectFiles(tmp_path)
     app = host.hook.po_app_service(framework="rust", config=config, context=CONTEXT, project=project)
     assert app.command == ["/bin/sh", "-c", "exec /app/server"]
     assert host.hook.po_app_service(framework="unknown", config=config, context=CONTEXT, project=project) is None
 
 
-def test_po_database_wires_the_app(host: PluginHost) -> None:
+def test_hook_po_database(host: PluginHost) -> None:
     for name, scheme, port in (("postgres", "postgresql", 5432), ("mysql", "mysql", 3306),
                                ("mongodb", "mongodb", 27017)):
         wiring = DatabaseWiring.model_validate(host.hook.po_database(database=name, context=CONTEXT))
@@ -52,7 +78,7 @@ def test_po_database_wires_the_app(host: PluginHost) -> None:
     assert host.hook.po_database(database="oracle", context=CONTEXT) is None
 
 
-def test_po_extra_service_names_its_service(host: PluginHost) -> None:
+def test_hook_po_extra_service(host: PluginHost) -> None:
     for name in ("redis", "memcached", "rabbitmq", "mailpit", "minio"):
         wiring = ServiceWiring.model_validate(host.hook.po_extra_service(service=name, context=CONTEXT))
         assert name in wiring.services
