@@ -150,7 +150,7 @@ class Settings(PluginSettings):
                                 pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
     swarm_registry_scheme: Literal["https", "http"] = "https"
     swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
-    # The registry's garbage collection (runtime/swarm_gc.py), run as an argument list on this host every
+    # The registry's garbage collection (runtime/swarm/gc.py), run as an argument list on this host every
     # SWARM_REGISTRY_GC_INTERVAL_SECONDS (0: never); empty: the operator collects (docs/scaling.md).
     swarm_registry_gc_command: str = Field(default="", max_length=1000)
     swarm_registry_gc_interval_seconds: float = Field(default=86400.0, ge=0)

@@ -17,11 +17,11 @@ import pytest
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl, unlimited
 from orchestrator.plugin_api import Check, RuntimeFailure, app_address
-from orchestrator.runtime.swarm_cli import SwarmNode, Task
-from orchestrator.runtime.swarm_gc import GC_FILE, GcRun, PushGate, due
-from orchestrator.runtime.swarm_registry import Registry
-from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
-from orchestrator.runtime.swarm_tasks import await_rollout, task_problem
+from orchestrator.runtime.swarm.cli import SwarmNode, Task
+from orchestrator.runtime.swarm.gc import GC_FILE, GcRun, PushGate, due
+from orchestrator.runtime.swarm.registry import Registry
+from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL, StackRefused, plan_stack
+from orchestrator.runtime.swarm.tasks import await_rollout, task_problem
 from orchestrator.settings import SettingsError
 from tests.conftest import SettingsFactory
 from tests.support.nginx import subject_of

@@ -76,7 +76,7 @@ class Lifespan:
             self._retry.start()
         collect = getattr(self._handler, "collect_garbage", None)
         if collect is not None and self._settings.swarm_registry_gc_interval_seconds > 0:
-            # Looked at every 10 minutes at most; run once the last run is an interval old (swarm_gc.due)
+            # Looked at every 10 minutes at most; run once the last run is an interval old (runtime/swarm/gc.py `due`)
             self._gc = RuntimeWatch(collect, min(self._settings.swarm_registry_gc_interval_seconds, 600.0),
                                     "registry garbage collection")
             self._gc.start()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.plugin_api.checks import Check, run_safely
-from orchestrator.runtime.swarm_cli import SwarmCli
-from orchestrator.runtime.swarm_gc import last_run
-from orchestrator.runtime.swarm_registry import Registry
+from orchestrator.runtime.swarm.cli import SwarmCli
+from orchestrator.runtime.swarm.gc import last_run
+from orchestrator.runtime.swarm.registry import Registry
 
 
 def swarm_checks(cli: SwarmCli, registry: Registry, gc_command: list[str], gc_interval: float,

@@ -1,6 +1,6 @@
 """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND, every SWARM_REGISTRY_GC_INTERVAL_SECONDS).
 
-A preview's tags are deleted when it closes (swarm_removal.py), but the registry frees their layers only when its
+A preview's tags are deleted when it closes (removal.py), but the registry frees their layers only when its
 garbage collection runs: a command on the registry's own host (`docker-registry garbage-collect
 CONFIG` for Debian's registry), which the operator names and the service runs as an argument list, no shell.
 Collection must not meet an upload (a layer pushed before its manifest would look unreferenced), and the service is

@@ -18,9 +18,9 @@ import time
 from orchestrator.adapters.commands import CommandFailed
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api.types import BUILT_IMAGES
-from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
-from orchestrator.runtime.swarm_registry import Registry, RegistryError
-from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL
+from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm.registry import Registry, RegistryError
+from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL
 
 SETTLE_SECONDS = 60.0  # a removed stack's tasks stop and detach from the network within this
 log = logging.getLogger("orchestrator.runtime.swarm")

@@ -3,7 +3,7 @@
 The service runs on a manager and uses its Docker engine. A deploy builds with `docker compose build` there,
 pushes every image of the preview to SWARM_REGISTRY (built ones as `{registry}/{deployment}/{service}:{image id}`,
 a tag per content, so a push that changes nothing of a service does not restart it; the others into a shared
-mirror, swarm_registry.py), turns the compose file into a stack file (swarm_stack.py) and runs `docker stack
+mirror, registry.py), turns the compose file into a stack file (stack.py) and runs `docker stack
 deploy`.
 
 A preview lives on one node, chosen at its first deploy (the ready worker with the fewest previews) and kept on
@@ -29,13 +29,13 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api import Check, ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
-from orchestrator.runtime.swarm_cli import STACK_LABEL, SwarmCli, SwarmNode
-from orchestrator.runtime.swarm_doctor import swarm_checks
-from orchestrator.runtime.swarm_gc import GcRun, PushGate, collect, due
-from orchestrator.runtime.swarm_registry import Registry, RegistryError
-from orchestrator.runtime.swarm_removal import remove_deployment
-from orchestrator.runtime.swarm_stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
-from orchestrator.runtime.swarm_tasks import (
+from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm.doctor import swarm_checks
+from orchestrator.runtime.swarm.gc import GcRun, PushGate, collect, due
+from orchestrator.runtime.swarm.registry import Registry, RegistryError
+from orchestrator.runtime.swarm.removal import remove_deployment
+from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
+from orchestrator.runtime.swarm.tasks import (
     PENDING,
     STUCK_SECONDS,
     await_rollout,
@@ -235,7 +235,7 @@ class SwarmRuntime:
             return self.cli.published_ports()
 
     def checks(self) -> list[Check]:
-        """doctor's lines of the swarm (Runtime's optional `checks`): swarm_doctor.py."""
+        """doctor's lines of the swarm (Runtime's optional `checks`): doctor.py."""
         return swarm_checks(self.cli, self.registry, self._gc_command, self._gc_interval, self._state_dir)
 
     def collect_garbage(self) -> GcRun | None:

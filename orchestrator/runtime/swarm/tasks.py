@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.plugin_api import RuntimeFailure
-from orchestrator.runtime.swarm_cli import SwarmCli, SwarmNode, Task
+from orchestrator.runtime.swarm.cli import SwarmCli, SwarmNode, Task
 
 WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
 STUCK_SECONDS = 15.0  # a task pending with a scheduler error this long will not be placed
