@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import re
 import secrets
 import shlex
@@ -14,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
 from orchestrator.common.secret_files import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
@@ -332,25 +330,10 @@ class Settings(PluginSettings):
 
 # What reviewers meet: host names, checks of the routing and protection settings, access tokens ------------
 
-DNS_LABEL_MAX = 63
 MAX_HOST_NAME = 238  # what server_names_hash_bucket_size 256 holds (setup-nginx's site sets it)
-_SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # project_slug's output: never `--`, never an edge hyphen
 # Characters a path may have where it is written into nginx's configuration unquoted.
 _NGINX_PATH = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
 _USER = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
-
-
-def preview_host_label(slug: str, pr: int) -> str:
-    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters; else the
-    slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}`. A slug never holds `--`, so a shortened
-    label cannot equal a full one, and two different slugs differ in the hash (2^64 values)."""
-    if not _SLUG.match(slug) or pr < 1:
-        raise ValueError(f"{slug!r} / {pr} cannot make a host name")
-    label = f"{slug}-pr-{pr}"
-    if len(label) <= DNS_LABEL_MAX:
-        return label
-    tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-pr-{pr}"
-    return slug[: DNS_LABEL_MAX - len(tail)].rstrip("-") + tail
 
 
 def protection_users(value: str) -> list[tuple[str, str]]:
@@ -408,39 +391,6 @@ def routing_problems(settings: Settings) -> list[str]:
         problems.append("PREVIEW_PROTECTION_USERS and PREVIEW_PROTECTION_USERS_FILE are for "
                         "PREVIEW_PROTECTION=basic; set it, or remove them (they would protect nothing)")
     return problems
-
-
-TOKEN_PARAMETER = "preview_token"  # noqa: S105 - the query parameter of the comment's link
-# Sleep: the internal location of a route through which the service hands a woken request to the app
-# (`X-Accel-Redirect: {WOKEN_PREFIX}{deploymentId}/{path under the preview}`; adapters/nginx.py writes it).
-WOKEN_PREFIX = "/.preview-orchestrator/app/"
-ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scoped to that preview
-_TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")
-
-
-def sign_preview_token(key: bytes, subject: str, expires: int) -> str:
-    """`{expiry, unix seconds}.{HMAC-SHA256(key, subject and expiry), base64url}`: opens one preview until it
-    expires. `subject`: the preview of its repository (a record's or event's `subject`), so a link of one
-    repository's pull request never opens another repository's preview of the same id."""
-    mac = hmac.new(key, f"preview-access\n{subject}\n{expires}".encode(), hashlib.sha256).digest()
-    return f"{expires}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
-
-
-def check_preview_token(key: bytes, subject: str, token: str, now: float) -> bool:
-    """Whether `token` was signed with `key` for this subject and has not expired (constant-time compare)."""
-    match = _TOKEN.match(token)
-    if match is None:
-        return False
-    expected = sign_preview_token(key, subject, int(match[1]))
-    return hmac.compare_digest(expected.encode(), token.encode()) and int(match[1]) > now
-
-
-def wake_key(key: bytes, subject: str) -> str:
-    """The header value the route's wake location sends (`X-Preview-Wake-Key`): HMAC-SHA256 of the preview's
-    subject (its repository and deployment id) with the service's wake key, so that a request that did not come
-    from that preview's route (the service's port reached some other way, or the route of another repository's
-    preview of the same id) cannot wake it or be handed to its app past the route's protection."""
-    return hmac.new(key, f"preview-wake\n{subject}".encode(), hashlib.sha256).hexdigest()
 
 
 def load_settings(**overrides: Any) -> Settings:

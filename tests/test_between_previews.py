@@ -24,10 +24,10 @@ from pydantic import SecretStr
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import APP_HEADER_RULE, Proxy, Routing
 from orchestrator.common.naming import mirror_name, repository_identity
+from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
 from orchestrator.events.inbox import Inbox
 from orchestrator.http.app import create_app
 from orchestrator.rendering.compose_policy import normalized_problems
-from orchestrator.settings import WOKEN_PREFIX, wake_key
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
 from tests.support.handlers import RecordingHandler

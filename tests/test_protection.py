@@ -24,10 +24,11 @@ from orchestrator.adapters.commands import DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import USERS_FILE, Proxy, ProxyError, Routing
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.preview_tokens import check_preview_token, sign_preview_token
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.http.app import create_app
 from orchestrator.http.resources.preview_access import clean_location
-from orchestrator.settings import SettingsError, check_preview_token, load_settings, sign_preview_token
+from orchestrator.settings import SettingsError, load_settings
 from tests.conftest import SettingsFactory
 from tests.support.git_repos import make_pr_repo
 from tests.support.handlers import RecordingHandler

@@ -23,7 +23,8 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy, ProxyError, Routing
 from orchestrator.adapters.nginx_site import includes_routes, includes_servers, site_text
 from orchestrator.common.flow_control import FlowControl
-from orchestrator.settings import SettingsError, load_settings, preview_host_label
+from orchestrator.common.naming import preview_host_label
+from orchestrator.settings import SettingsError, load_settings
 from tests.support.browser import chromium
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port

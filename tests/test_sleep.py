@@ -21,10 +21,11 @@ import uvicorn
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.preview_tokens import wake_key
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.sleep import is_idle, last_request
 from orchestrator.http.app import create_app
-from orchestrator.settings import Settings, SettingsError, load_settings, wake_key
+from orchestrator.settings import Settings, SettingsError, load_settings
 from orchestrator.state.records import DeploymentRecord, PortAllocation, PullRequestEvent, StoreFile
 from orchestrator.state.store import DeploymentStore
 from tests import test_protection, test_runtime_seam

@@ -41,15 +41,10 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx_site import SERVERS_DIR, dump_command
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.naming import preview_host_label
+from orchestrator.common.preview_tokens import TOKEN_PARAMETER, WOKEN_PREFIX, sign_preview_token, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
-from orchestrator.settings import (
-    TOKEN_PARAMETER,
-    WOKEN_PREFIX,
-    preview_host_label,
-    protection_users,
-    sign_preview_token,
-    wake_key,
-)
+from orchestrator.settings import protection_users
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
@@ -259,7 +254,7 @@ class Routing:
     # The runtime's updates stop the old app before the new one answers (the swarm): nginx's 502/504 go to the
     # service (the wake location), which says "being updated" while a deploy runs. Always so with `sleep`.
     hand_off: bool = False
-    wake_key: Path | None = None  # the key of the wake location's X-Preview-Wake-Key (settings.wake_key)
+    wake_key: Path | None = None  # the key behind X-Preview-Wake-Key (common/preview_tokens.py wake_key)
 
     @classmethod
     def from_settings(cls, settings: Settings, sleep: bool = False, hand_off: bool = False) -> Routing:

@@ -71,3 +71,20 @@ def branch_problem(ref: str) -> str | None:
     if ".." in ref or "@{" in ref or "//" in ref or "/." in ref or ref == "@":
         return "contains a sequence git does not allow (.., @{, //, /.)"
     return None
+
+
+DNS_LABEL_MAX = 63
+_SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # project_slug's output: never `--`, never an edge hyphen
+
+
+def preview_host_label(slug: str, pr: int) -> str:
+    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters; else the
+    slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}`. A slug never holds `--`, so a shortened
+    label cannot equal a full one, and two different slugs differ in the hash (2^64 values)."""
+    if not _SLUG.match(slug) or pr < 1:
+        raise ValueError(f"{slug!r} / {pr} cannot make a host name")
+    label = f"{slug}-pr-{pr}"
+    if len(label) <= DNS_LABEL_MAX:
+        return label
+    tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-pr-{pr}"
+    return slug[: DNS_LABEL_MAX - len(tail)].rstrip("-") + tail

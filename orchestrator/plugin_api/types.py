@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from orchestrator.common.keyed import keyed
 from orchestrator.common.naming import CODEHOST, repository_identity
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -117,7 +117,7 @@ class RenderContext(BaseModel):
 
     def _keyed(self, message: str) -> hmac.HMAC:
         assert self.secret_key is not None
-        return hmac.new(self.secret_key.get_secret_value().encode("latin-1"), message.encode(), hashlib.sha256)
+        return keyed(self.secret_key.get_secret_value().encode("latin-1"), message)
 
     def cache_mount(self, name: str, target: str) -> str:
         """`--mount=type=cache,...` plus a space, for a RUN line of a template

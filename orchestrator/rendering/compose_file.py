@@ -9,12 +9,11 @@ exactly what runs.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.keyed import keyed
 from orchestrator.common.naming import CODEHOST, project_slug, repository_identity
 from orchestrator.common.naming import deployment_id as make_deployment_id
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -59,7 +58,7 @@ def make_context(
     # repositories' names can give one deployment id, one after the other), not guessable by a PR.
     subject = deployment if secrets_scope == "deployment" else f"{identity}#{deployment}"
     password = (PASSWORD_PLACEHOLDER if password_key is None
-                else hmac.new(password_key, f"{subject}:db".encode(), hashlib.sha256).hexdigest()[:24])
+                else keyed(password_key, f"{subject}:db").hexdigest()[:24])
     return RenderContext(
         owner=owner, repo=repo, project_slug=slug, pr_number=pr_number, deployment_id=deployment,
         repository=identity,

@@ -23,8 +23,9 @@ import falcon
 from falcon.asgi import Request, Response
 
 from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.preview_tokens import ACCESS_COOKIE, TOKEN_PARAMETER, check_preview_token
 from orchestrator.common.secret_files import random_key, read_or_create
-from orchestrator.settings import ACCESS_COOKIE, TOKEN_PARAMETER, Settings, check_preview_token
+from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
 
 EXPIRED_PAGE = ("<!doctype html><title>Preview link expired</title><h1>This link has expired or is not for this "

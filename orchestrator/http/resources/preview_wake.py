@@ -1,8 +1,8 @@
 """GET /api/preview-wake/{deploymentId} — what a route's wake location asks when its app did not answer
 (PREVIEW_IDLE_MINUTES; adapters/nginx.py writes the location, docs/routing.md tells the whole path).
 
-nginx sends the route's key (`X-Preview-Wake-Key`, settings.wake_key), the request's URI and method, and its
-Accept header; by then the route's protection has let the request through. The answer:
+nginx sends the route's key (`X-Preview-Wake-Key`, common/preview_tokens.py `wake_key`), the request's URI and
+method, and its Accept header; by then the route's protection has let the request through. The answer:
 
 - the preview is running and was asleep when the request came (woken now, or meanwhile by another request):
   `X-Accel-Redirect` to the route's
@@ -33,11 +33,12 @@ import falcon
 from falcon.asgi import Request, Response
 
 from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.events.sleep import request_wake
-from orchestrator.settings import WOKEN_PREFIX, Settings, wake_key
+from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord
 from orchestrator.state.store import DeploymentStore
 
