@@ -34,6 +34,8 @@ def test_plugins_table_and_disabling(tmp_path: Path) -> None:
     table = cli("plugins", cwd=tmp_path, PREVIEW_ORCHESTRATOR_DISABLE_PLUGINS="plugins.minio").stdout
     assert table.splitlines()[0].split() == ["NAME", "BUILT-IN", "DISTRIBUTION", "VERSION", "PROVIDES", "HOOKS"]
     assert "frameworks.rust" in table and "plugins.minio" not in table
+    runtime = next(line for line in table.splitlines() if line.startswith("orchestrator.runtime.swarm "))
+    assert runtime.split()[4] == "swarm"  # what a runtime plugin provides is shown, as for the other kinds
 
 
 def test_validate_reports_problems_and_exit_codes(tmp_path: Path) -> None:
