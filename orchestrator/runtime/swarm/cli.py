@@ -90,6 +90,10 @@ class SwarmCli:
         ids = self.docker(["service", "ls", "--quiet", *(["--filter", f"label={label}"] if label else [])]).split()
         return json.loads(self.docker(["service", "inspect", *ids])) if ids else []
 
+    def stack_services(self, stack: str) -> list[dict[str, Any]]:
+        """`docker service inspect` of the stack's services."""
+        return self.services(f"{STACK_LABEL}={stack}")
+
     def tasks(self, stack: str) -> list[Task]:
         """Every task of the stack, newest first within a service (history included); [] without the stack."""
         try:

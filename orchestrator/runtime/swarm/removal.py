@@ -31,7 +31,7 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
     the stack removed: its services' labels name the nodes that hold the preview, so they stay until those are
     clear — a retry needs them."""
     try:
-        services = cli.services(f"{STACK_LABEL}={deployment_id}")
+        services = cli.stack_services(deployment_id)
         manager = cli.swarm_info().get("Name", "")
         nodes = cli.nodes()
     except CommandFailed as exc:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
@@ -124,17 +124,16 @@ class SwarmRuntime:
             self._baseline[deployment_id] = {task.id for task in tasks}
             self._started[deployment_id] = time.monotonic()
             self._address[deployment_id] = node.address
-            services = self.cli.services(f"{STACK_LABEL}={deployment_id}")
-            before = self._specs(deployment_id, services)
+            before = self._specs(deployment_id)
             # Services whose task ended and will not be restarted (restart "no", its node stopped meanwhile): a
             # deploy that changes nothing of them would leave them down, so they are given a new task. (One scaled
             # to zero gets one from the deploy: the stack file says one replica.)
-            ended = {name for name, service in zip(before, services, strict=True) if _replicas(service) > 0
+            ended = {name for name, spec in before.items() if spec.replicas > 0
                      and not any(task.service == name and task.desired == "running" for task in tasks)}
             # Not in the checkout: a file of the pull request's must never be where the service writes.
             with tempfile.TemporaryDirectory(prefix="po-stack-") as scratch:
                 self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control, before, ended)
-            after = self._specs(deployment_id, self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+            after = self._specs(deployment_id)
             changed = sorted(name for name, spec in after.items() if before.get(name) != spec)
             if changed:  # `start` returns once the preview is what was deployed: the health check asks the new app
                 log.note(f"waiting for the swarm to replace {', '.join(changed)}")
@@ -143,7 +142,7 @@ class SwarmRuntime:
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
         with _failure("Containers could not be stopped"):
-            services = self.cli.services(f"{STACK_LABEL}={deployment_id}")
+            services = self.cli.stack_services(deployment_id)
             self.cli.scale_to_zero([service["Spec"]["Name"] for service in services], log)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
@@ -158,7 +157,7 @@ class SwarmRuntime:
         with _failure("Container logs could not be read"):
             names = [service] if service else sorted(
                 s["Spec"]["Name"].removeprefix(f"{deployment_id}_")
-                for s in self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+                for s in self.cli.stack_services(deployment_id))
             parts = []
             for name in names:
                 output = self.cli.service_logs(f"{deployment_id}_{name}", tail)
@@ -299,7 +298,7 @@ class SwarmRuntime:
 
     def _pinned(self, deployment_id: str) -> tuple[str | None, list[str]]:
         """The node the stack's services are pinned to, and the nodes it was pinned to before."""
-        for service in self.cli.services(f"{STACK_LABEL}={deployment_id}"):
+        for service in self.cli.stack_services(deployment_id):
             labels = service["Spec"].get("Labels") or {}
             if labels.get(NODE_LABEL):
                 return labels[NODE_LABEL], [n for n in labels.get(FORMER_LABEL, "").split(",") if n]
@@ -330,17 +329,16 @@ class SwarmRuntime:
         self._placed[deployment_id] = chosen.id
         return chosen, former
 
-    @staticmethod
-    def _specs(deployment_id: str, services: list[dict[str, Any]]) -> dict[str, Any]:
-        """service -> what its tasks are made from (task template, endpoint, replicas), as the swarm has it: a
-        service whose spec a deploy changed gets new tasks (or, scaled back from zero, its task). In the order of
-        `services`."""
+    def _specs(self, deployment_id: str) -> dict[str, TaskSource]:
+        """service -> what its tasks are made from, as the swarm has it now: a service whose spec a deploy changed
+        gets new tasks (or, scaled back from zero, its task)."""
         return {service["Spec"]["Name"].removeprefix(f"{deployment_id}_"):
-                (service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec"), service["Spec"].get("Mode"))
-                for service in services}
+                TaskSource(service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec"),
+                            service["Spec"].get("Mode"))
+                for service in self.cli.stack_services(deployment_id)}
 
     def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
-                control: FlowControl, before: dict[str, Any], ended: set[str]) -> None:
+                control: FlowControl, before: dict[str, TaskSource], ended: set[str]) -> None:
         """One `docker stack deploy` per wave; the last one has every service and prunes the ones the compose
         file no longer has. A service of `ended` that the deploy did not change (`before`: the specs of before)
         gets a new task once its wave is deployed; a changed one gets one anyway."""
@@ -355,12 +353,12 @@ class SwarmRuntime:
                 await_services(self.cli, deployment_id, {name: plan.awaited[name] for name in awaited},
                                self._baseline.get(deployment_id, set()), control)
 
-    def _restart_ended(self, deployment_id: str, ended: set[str], before: dict[str, Any],
+    def _restart_ended(self, deployment_id: str, ended: set[str], before: dict[str, TaskSource],
                        log: DeploymentLog) -> None:
         """A new task for each service of `ended` whose spec the deploy left as it was (`before`)."""
         if not ended:
             return
-        now = self._specs(deployment_id, self.cli.services(f"{STACK_LABEL}={deployment_id}"))
+        now = self._specs(deployment_id)
         for name in sorted(ended):
             if now.get(name) == before.get(name):
                 log.note(f"{name}'s task had ended: started again")
@@ -373,8 +371,16 @@ class SwarmRuntime:
         return node_lost(pinned, {node.id: node for node in self.cli.nodes()})
 
 
-def _replicas(service: dict[str, Any]) -> int:
-    return int(((service["Spec"].get("Mode") or {}).get("Replicated") or {}).get("Replicas") or 0)
+class TaskSource(NamedTuple):
+    """What a service's tasks are made from (compared before and after a deploy)."""
+
+    template: Any
+    endpoint: Any
+    mode: Any
+
+    @property
+    def replicas(self) -> int:
+        return int(((self.mode or {}).get("Replicated") or {}).get("Replicas") or 0)
 
 
 @contextmanager
