@@ -21,7 +21,7 @@ IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
 
 # Variables whose values must never be echoed, even in an error about themselves.
-SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET"})
+SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET", "SWARM_REGISTRY_PASSWORD"})
 
 
 class SettingsError(Exception):
@@ -147,6 +147,10 @@ class Settings(PluginSettings):
     swarm_registry: str = Field(default="", validate_default=True, max_length=200,
                                 pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
     swarm_registry_scheme: Literal["https", "http"] = "https"
+    # The registry's credentials (htpasswd): the service pushes with them and hands them to the nodes
+    # (`--with-registry-auth`); a preview's containers have none, so they can neither read nor change it.
+    swarm_registry_user: str = Field(default="", max_length=100, pattern=r"^[A-Za-z0-9._-]*$")
+    swarm_registry_password: SecretStr = SecretStr("")
     swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     # The registry's garbage collection (runtime/swarm/gc.py), run as an argument list on this host every
     # SWARM_REGISTRY_GC_INTERVAL_SECONDS (0: never); empty: the operator collects (docs/scaling.md).
@@ -255,6 +259,12 @@ class Settings(PluginSettings):
             raise ValueError("\n".join(problems))
         return self
 
+    @model_validator(mode="after")
+    def _registry_credentials(self) -> Settings:
+        if bool(self.swarm_registry_user) != bool(self.swarm_registry_password.get_secret_value()):
+            raise ValueError("SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together, or neither")
+        return self
+
     @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -270,6 +280,11 @@ class Settings(PluginSettings):
     def state_dir(self) -> Path:
         """The directory of the tracking store: the inbox and the service's own keys live there too."""
         return self.deployments_db.parent
+
+    @property
+    def swarm_registry_credentials(self) -> tuple[str, str] | None:
+        password = self.swarm_registry_password.get_secret_value()
+        return (self.swarm_registry_user, password) if password else None
 
     @property
     def db_password_key_path(self) -> Path:
@@ -323,7 +338,7 @@ class Settings(PluginSettings):
     def secret_values(self) -> list[str]:
         return [
             s.get_secret_value()
-            for s in (self.codehost_token, self.codehost_webhook_secret)
+            for s in (self.codehost_token, self.codehost_webhook_secret, self.swarm_registry_password)
             if s.get_secret_value()
         ]
 

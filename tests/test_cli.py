@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.rendering.compose_file import make_context
+from tests.support.records import sample_record, track
 from tests.support.repos import config_for, make_repo, snapshot_tree
 
 
@@ -78,6 +79,12 @@ def test_render_shows_a_placeholder_for_the_password_unless_asked(tmp_path: Path
     real = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--show-secrets", **env)
     expected = make_context("Acme", "api", 4, 8000, 9000, b"k" * 64).db_password
     assert yaml.safe_load(real.stdout)["services"]["db"]["environment"]["POSTGRES_PASSWORD"] == expected
+    # a preview deployed before secrets were keyed by repository keeps its volume's password: render shows that
+    track(state / "deployments.json", sample_record(4, "Acme", "api", secretsScope="deployment"))
+    kept = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--show-secrets", **env)
+    shown_old = yaml.safe_load(kept.stdout)["services"]["db"]["environment"]["POSTGRES_PASSWORD"]
+    assert shown_old == make_context("Acme", "api", 4, 8000, 9000, b"k" * 64, secrets_scope="deployment").db_password
+    assert shown_old != expected
 
 
 def test_render_of_an_invalid_checkout_exits_non_zero(tmp_path: Path) -> None:

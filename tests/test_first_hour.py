@@ -25,6 +25,7 @@ from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, free_port, wait_until
 from tests.support.nginx import Nginx
 from tests.support.payloads import REPO_ROOT, fixture_bytes, webhook_headers
+from tests.support.registry import start_registry, stop_registry
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
@@ -331,44 +332,13 @@ def test_a_repository_dockerfile_keeps_its_entrypoint_and_cmd_after_startup_comm
     stack.close(91, repo, repo.sha_a)
 
 
-REGISTRY = """version: 0.1
-storage:
-  filesystem:
-    rootdirectory: {dir}/data
-  delete:
-    enabled: true
-http:
-  addr: 127.0.0.1:{port}
-auth:
-  htpasswd:
-    realm: preview-test
-    path: {dir}/htpasswd
-"""
-
-
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[str]:
     """Debian's docker-registry on 127.0.0.1 with htpasswd authentication; yields its address."""
-    root = tmp_path / "registry"
-    (root / "data").mkdir(parents=True)
-    (root / "htpasswd").write_text(subprocess.run(["htpasswd", "-Bbn", "operator", "registry-pass-41"],
-                                                  capture_output=True, text=True, check=True).stdout)
-    port = free_port()
-    (root / "config.yml").write_text(REGISTRY.format(dir=root, port=port))
-    process = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    address = f"127.0.0.1:{port}"
-    wait_until(lambda: _answers(f"http://{address}/v2/"), timeout=30, message="registry up")
+    address = f"127.0.0.1:{free_port()}"
+    process = start_registry(tmp_path / "registry", address, ("operator", "registry-pass-41"))
     yield address
-    process.terminate()
-    process.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 401
-    except httpx.TransportError:
-        return False
+    stop_registry(process)
 
 
 def test_a_private_base_image_builds_with_the_operators_docker_login(tmp_path: Path, registry: str) -> None:

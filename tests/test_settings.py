@@ -85,6 +85,17 @@ def test_malformed_values_name_the_variable(overrides: dict[str, str], variable:
     assert SECRET_VALUE not in str(caught.value)
 
 
+def test_swarm_registry_credentials_come_together_and_are_masked() -> None:
+    for half in ({"swarm_registry_user": "po-service"}, {"swarm_registry_password": SECRET_VALUE}):
+        with pytest.raises(SettingsError, match="SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together"):
+            _load(codehost_webhook_secret="s", **half)
+    settings = _load(codehost_webhook_secret="s", swarm_registry_user="po-service",
+                     swarm_registry_password=SECRET_VALUE)
+    assert settings.swarm_registry_credentials == ("po-service", SECRET_VALUE)
+    assert SECRET_VALUE in settings.secret_values()
+    assert _load(codehost_webhook_secret="s").swarm_registry_credentials is None
+
+
 def test_missing_or_empty_secret_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CODEHOST_WEBHOOK_SECRET", raising=False)
     with pytest.raises(SettingsError, match="CODEHOST_WEBHOOK_SECRET is required but not set"):

@@ -56,6 +56,8 @@ def stack(cluster: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     engines = ",".join(f"{node.name}={node.host}" for node in cluster.workers)
     running = start_stack(tmp_path_factory.mktemp("swarm-e2e"), RUNTIME="swarm", DOCKER_HOST=cluster.manager.host,
                           SWARM_REGISTRY=cluster.registry, SWARM_REGISTRY_SCHEME="http",
+                          SWARM_REGISTRY_USER=cluster.registry_credentials[0],
+                          SWARM_REGISTRY_PASSWORD=cluster.registry_credentials[1],
                           SWARM_NODE_ENGINES=engines, HEALTH_CHECK_TIMEOUT_SECONDS="60",
                           RUNTIME_WATCH_INTERVAL_SECONDS="2", CLEANUP_RETRY_INTERVAL_SECONDS="3",
                           SWARM_REGISTRY_GC_COMMAND=f"docker-registry garbage-collect "
@@ -121,6 +123,23 @@ class AnswersDuring:
         self._thread.join(60)
 
 
+def registry_from_preview(cluster: SwarmCluster, node: str, deployment: str,
+                          requests: list[tuple[str, str]]) -> list[int]:
+    """What the registry answers (method, path) asked from inside a preview's app container, as that preview's
+    own code would ask it: the status of each, in order."""
+    engine = cluster.node(node)
+    container = engine.docker("ps", "--quiet", "--filter", f"label=com.docker.swarm.service.name={deployment}_app")
+    assert container.strip(), f"no app container of {deployment} on {node}"
+    script = ("import sys, urllib.request, urllib.error\n"
+              "for method, path in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+              f"    request = urllib.request.Request('http://{cluster.registry}' + path, method=method)\n"
+              "    try:\n        print(urllib.request.urlopen(request, timeout=10).status)\n"
+              "    except urllib.error.HTTPError as error:\n        print(error.code)\n")
+    output = engine.docker("exec", container.strip(), "python3", "-c", script,
+                           *(part for request in requests for part in request))
+    return [int(line) for line in output.split()]
+
+
 def cleanup_incomplete(stack: Stack, deployment: str) -> bool:
     record = stack.records().get(deployment)
     return record is not None and record["status"] == "failed" and record["error"].startswith("Cleanup incomplete")
@@ -158,6 +177,18 @@ def test_previews_on_a_three_node_swarm(cluster: SwarmCluster, stack: Stack) -> 
     assert other["app"] == other["db"] not in ("manager", where["app"])  # the least busy worker
     assert stack.page(1).text == "python says: commit B\n"
 
+    # Preview 2's code reaches the registry's address, but can neither list, read, replace nor delete
+    # preview 1's image there: only the service and the nodes it hands the credentials to can.
+    tags = cluster.registry_tags()[f"{SLUG}-1/app"]
+    assert tags
+    victim = f"/v2/{SLUG}-1/app/manifests/{tags[0]}"
+    answers = registry_from_preview(cluster, other["app"], f"{SLUG}-2", [
+        ("GET", "/v2/_catalog"), ("GET", victim), ("DELETE", victim), ("POST", f"/v2/{SLUG}-1/app/blobs/uploads/"),
+        ("PUT", victim)])
+    assert answers == [401] * 5, answers
+    assert cluster.registry_tags()[f"{SLUG}-1/app"] == tags
+    assert stack.page(1).text == "python says: commit B\n"
+
     for pr, repo in ((2, second), (1, first)):
         stack.close(pr, repo, repo.sha_b)
         deployment = f"{SLUG}-{pr}"
@@ -189,6 +220,8 @@ def test_doctor_reports_the_swarm(cluster: SwarmCluster, stack: Stack) -> None:
     assert "✓ this Docker engine is a swarm manager (RUNTIME=swarm): manager: 1 manager(s), 3 node(s)" in report
     assert "✓ swarm nodes ready: 3 of 3 ready and active (2 workers)" in report
     assert f"✓ registry {cluster.registry} answers (SWARM_REGISTRY): v2 API" in report
+    assert ("✓ the registry refuses anonymous access (SWARM_REGISTRY_USER): HTTP 401 without credentials, "
+            f"200 with {cluster.registry_credentials[0]}'s") in report
     assert "✓ the nodes' own engines answer (SWARM_NODE_ENGINES): 2 configured" in report
     assert f"✓ every node pulls from {cluster.registry} (SWARM_REGISTRY): 3 of 3 nodes reach it" in report
     # a registry no node can reach is named per node, before a preview is placed there

@@ -50,10 +50,10 @@ def render(args: argparse.Namespace) -> int:
     from orchestrator.runtime.compose_cli import Compose
 
     settings, host = plugin_host_or_exit()
-    key = password_key() if args.show_secrets else None
+    key, scope = secrets_of(args.owner, args.repo, args.pr) if args.show_secrets else (None, "repository")
     try:
         context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port, key,
-                               settings.image_overrides, settings.build_cache_mounts)
+                               settings.image_overrides, settings.build_cache_mounts, secrets_scope=scope)
         config = load_checkout_config(host, args.dir)
         compose = Compose(60, HostEnv.for_state_dir(args.dir))
         rendered = render_deployment(host, args.dir.resolve(), config, context, compose.normalized)
@@ -75,15 +75,28 @@ def render(args: argparse.Namespace) -> int:
     return 0
 
 
-def password_key() -> bytes:
-    """The service's database password key, for `render --show-secrets` (run where the service runs)."""
+def secrets_of(owner: str, repo: str, pr: int) -> tuple[bytes, str]:
+    """For `render --show-secrets` (run where the service runs): the service's database password key, and the
+    preview's `secretsScope` — one deployed before secrets were keyed by repository keeps its volume's password
+    — else what a new preview gets."""
+    from orchestrator.common.naming import CODEHOST, deployment_id, project_slug, repository_identity
+    from orchestrator.state.store import DeploymentStore, StoreError
+
     settings = settings_or_exit()
     try:
-        return settings.db_password_key_path.read_bytes()
+        key = settings.db_password_key_path.read_bytes()
     except OSError as exc:
         print(f"preview-orchestrator: cannot read {settings.db_password_key_path} ({exc.strerror}); it is "
               "created at the first deploy, and readable by root only", file=sys.stderr)
         raise SystemExit(1) from None
+    try:
+        record = DeploymentStore(settings.deployments_db).read().deployments.get(
+            deployment_id(project_slug(owner, repo), pr))
+    except (StoreError, OSError):
+        record = None
+    if record is None or record.repository != repository_identity(CODEHOST, owner, repo):
+        return key, "repository"
+    return key, record.secretsScope
 
 
 def init(args: argparse.Namespace) -> int:

@@ -4,7 +4,8 @@ nodes pull from.
 Each node is a `dockerd` of its own in a network namespace of its own (veth to a bridge in the root namespace),
 with its own hostname (a persistent UTS namespace), data root, exec root, socket, containerd namespaces, cgroup
 parent and address pools, and an empty daemon configuration: the machine's own engine is never touched, and
-the swarm is never initialised on it. Debian's `docker-registry` runs as a plain process on the bridge address.
+the swarm is never initialised on it. Debian's `docker-registry` runs as a plain process on the bridge address,
+with htpasswd authentication (`registry_credentials`).
 Everything is made under a random id and removed by `stop()`, also after a failed start.
 
 The recipe is the one measured in the design notes ("A three-node Docker Swarm on one machine works here").
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tests.support.registry import start_registry, stop_registry
 
 NODES = ("manager", "worker1", "worker2")
 REGISTRY_PORT = 5000
@@ -48,7 +51,7 @@ def namespaces_refused() -> str | None:
     it and the script that installs it."""
     if os.geteuid() != 0:
         return "the swarm test makes network namespaces and daemons: it needs root"
-    missing = [tool for tool in ("ip", "nsenter", "unshare", "iptables", "dockerd", "docker-registry")
+    missing = [tool for tool in ("ip", "nsenter", "unshare", "iptables", "dockerd", "docker-registry", "htpasswd")
                if shutil.which(tool) is None]
     if missing:
         raise SwarmUnavailable(f"{', '.join(missing)} not installed: run scripts/prepare-test-host")
@@ -94,6 +97,7 @@ class SwarmCluster:
         base = self.subnet.network_address
         self.gateway = str(base + 1)
         self.registry = f"{self.gateway}:{REGISTRY_PORT}"
+        self.registry_credentials = ("po-service", secrets.token_urlsafe(18))
         octets = str(base).split(".")
         self._prefix = f"{octets[0]}.{octets[1]}"
         for index, name in enumerate(NODES):
@@ -161,16 +165,7 @@ class SwarmCluster:
             self._do((*inside, "ip", "route", "add", "default", "via", self.gateway), None)
 
     def _registry(self) -> None:
-        directory = self.root / "registry"
-        (directory / "data").mkdir(parents=True)
-        self.registry_config.write_text(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-            f"    rootdirectory: {directory / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.registry}\n")
-        log = (directory / "registry.log").open("ab")
-        self.registry_process = subprocess.Popen(["docker-registry", "serve", str(self.registry_config)],
-                                                 stdout=log, stderr=log)
-        _wait(lambda: _answers(f"http://{self.registry}/v2/"), 30, "the registry")
+        self.registry_process = start_registry(self.root / "registry", self.registry, self.registry_credentials)
 
     def _daemon(self, node: Node) -> None:
         node.data.mkdir(parents=True)
@@ -250,9 +245,12 @@ class SwarmCluster:
     def registry_tags(self) -> dict[str, list[str]]:
         """repository -> tags, of every repository the registry still lists (tags may be empty)."""
         found: dict[str, list[str]] = {}
-        repositories = httpx.get(f"http://{self.registry}/v2/_catalog?n=1000", timeout=10).json()["repositories"]
+        auth = self.registry_credentials
+        repositories = httpx.get(f"http://{self.registry}/v2/_catalog?n=1000", auth=auth,
+                                 timeout=10).json()["repositories"]
         for repository in repositories or []:
-            tags = httpx.get(f"http://{self.registry}/v2/{repository}/tags/list", timeout=10).json().get("tags")
+            tags = httpx.get(f"http://{self.registry}/v2/{repository}/tags/list", auth=auth,
+                             timeout=10).json().get("tags")
             found[repository] = sorted(tags or [])
         return found
 
@@ -292,9 +290,8 @@ class SwarmCluster:
                 if ids:
                     node.docker("rm", "--force", *ids, timeout=120, check=False)
             self.stop_node(node)
-        if self.registry_process is not None and self.registry_process.poll() is None:
-            self.registry_process.terminate()
-            self.registry_process.wait(30)
+        if self.registry_process is not None:
+            stop_registry(self.registry_process)
         for node in self.nodes:  # containerd's shims, if the daemon could not stop them
             _kill_cgroup(f"po-swarm-{self.ident}-{node.name}")
         for argv in reversed(self._undo):
@@ -318,13 +315,6 @@ def _free_subnet() -> ipaddress.IPv4Network:
         if not any(candidate.overlaps(net) for net in used):
             return ipaddress.ip_network(f"{candidate.network_address}/24")
     raise RuntimeError("no free 10.N.0.0/16 for the test's swarm")
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code < 500
-    except httpx.HTTPError:
-        return False
 
 
 def _wait(condition, timeout: float, what: str) -> None:  # noqa: ANN001

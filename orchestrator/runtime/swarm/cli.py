@@ -1,7 +1,8 @@
 """The Docker CLI against a swarm: the manager (the service's own Docker engine) and, for what only a node's own
 engine can do (its volumes, its containers, the images it pulled), the engines of SWARM_NODE_ENGINES.
 
-Every command is an argument list run with the operator's Docker client configuration (host_env.HostEnv.docker).
+Every command is an argument list run with the operator's Docker client configuration (host_env.HostEnv.docker),
+or with the service's own one that holds the registry's credentials (registry.client_config) when there is one.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ class Task:
 
 
 class SwarmCli:
-    def __init__(self, env: HostEnv, node_engines: dict[str, str], timeout: float) -> None:
+    def __init__(self, env: HostEnv, node_engines: dict[str, str], timeout: float,
+                 client_config: Path | None = None) -> None:
         self._env = env
         self._engines = node_engines
         self._timeout = timeout
+        self._client_config = client_config
 
     @property
     def engines(self) -> dict[str, str]:
@@ -63,8 +66,10 @@ class SwarmCli:
     def docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
                control: FlowControl | None = None, engine: str | None = None) -> str:
         where = ["--host", engine] if engine else []
-        return run(["docker", *where, *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log,
-                   control=control)
+        env = self._env.docker()
+        if self._client_config is not None:
+            env["DOCKER_CONFIG"] = str(self._client_config)
+        return run(["docker", *where, *argv], cwd=None, env=env, timeout=timeout, log=log, control=control)
 
     # The swarm, as its manager sees it ---------------------------------------------------------------------
 
@@ -128,7 +133,8 @@ class SwarmCli:
 
     def force_update(self, service: str, log: DeploymentLog | None) -> None:
         """A new task for the service, its spec unchanged (`--force`)."""
-        self.docker(["service", "update", "--detach", "--force", service], log=log, timeout=120)
+        self.docker(["service", "update", "--detach", "--force", "--with-registry-auth", service], log=log,
+                    timeout=120)
 
     def remove_stack(self, stack: str) -> None:
         self.docker(["stack", "rm", stack], timeout=120)

@@ -1,6 +1,6 @@
 """The swarm runtime's own lines of `doctor` (SwarmRuntime.checks): this engine is a manager, the nodes are
-ready, the registry answers, the nodes' own engines (SWARM_NODE_ENGINES) answer, every node's engine can pull
-from the registry, and when the registry's garbage collection last ran."""
+ready, the registry answers and only to the service's credentials, the nodes' own engines (SWARM_NODE_ENGINES)
+answer, every node's engine can pull from the registry, and when the registry's garbage collection last ran."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def swarm_checks(cli: SwarmCli, registry: Registry, gc_command: list[str], gc_in
                  state_dir: Path | None) -> list[Check]:
     """Every check, in parallel (each asks the engines or the registry), in a fixed order."""
     probes: list[Callable[[], Check]] = [
-        lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry), lambda: _node_engines(cli),
+        lambda: _manager(cli), lambda: _nodes(cli), lambda: _registry(registry), lambda: _registry_access(registry),
+        lambda: _node_engines(cli),
         lambda: _registry_from_nodes(cli, registry), lambda: _garbage_collection(gc_command, gc_interval, state_dir)]
     with ThreadPoolExecutor(max_workers=len(probes)) as pool:
         return list(pool.map(lambda probe: run_safely(probe, "swarm check"), probes))
@@ -86,6 +87,26 @@ def _registry(registry: Registry) -> Check:
                  "plain HTTP)")
 
 
+def _registry_access(registry: Registry) -> Check:
+    """A preview's containers reach the registry's address like the nodes do: only credentials keep them from
+    listing, pulling, pushing over and deleting every preview's images."""
+    name = "the registry refuses anonymous access (SWARM_REGISTRY_USER)"
+    setup = ("give the registry htpasswd authentication (scripts/prepare-host does, docs/scaling.md) and set "
+             "SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD")
+    anonymous, with_credentials = registry.access()
+    user = registry.credentials[0] if registry.credentials else ""
+    if anonymous != 401:
+        return Check(name, False, f"a request without credentials gets HTTP {anonymous}: any preview's code "
+                                  "can list, pull, replace and delete every preview's images", setup)
+    if with_credentials is None:
+        return Check(name, False, "it asks for credentials, but SWARM_REGISTRY_USER is not set: pushes fail",
+                     setup)
+    if with_credentials != 200:
+        return Check(name, False, f"SWARM_REGISTRY_USER's credentials get HTTP {with_credentials}",
+                     "set the user and password the registry's htpasswd file holds")
+    return Check(name, True, f"HTTP 401 without credentials, 200 with {user}'s")
+
+
 def _node_engines(cli: SwarmCli) -> Check:
     name = "the nodes' own engines answer (SWARM_NODE_ENGINES)"
     engines = cli.engines
@@ -109,9 +130,10 @@ def _node_engines(cli: SwarmCli) -> Check:
 
 
 # A name no registry holds: the engine's answer tells whether it reached the registry ("manifest unknown",
-# "not found") or not (refused, timed out, HTTPS asked of a plain-HTTP registry, ...). Nothing is pulled.
+# "not found"; a registry with credentials answers an engine without them "no basic auth credentials") or not
+# (refused, timed out, HTTPS asked of a plain-HTTP registry, ...). Nothing is pulled.
 PROBE_IMAGE = "preview-orchestrator/doctor-probe:absent"
-REACHED = ("manifest unknown", "not found")
+REACHED = ("manifest unknown", "not found", "no basic auth credentials", "unauthorized")
 
 
 def _registry_from_nodes(cli: SwarmCli, registry: Registry) -> Check:

@@ -8,9 +8,20 @@ preview and kept, as a pulled image stays on a single host after `docker compose
 by its manifest digest (`DELETE /v2/REPO/manifests/DIGEST`, which needs `storage.delete.enabled` in the
 registry's configuration); the registry frees the space on its next `garbage-collect`, and keeps listing the
 empty repository in its catalogue.
+
+With credentials (SWARM_REGISTRY_USER/PASSWORD, the registry's htpasswd) every request carries them, and the
+service's Docker client gets a configuration of its own that holds them (`client_config`): `docker push` and
+`docker stack deploy --with-registry-auth` use it, so the nodes pull with them. Nothing else has them: a preview's
+containers reach the registry's address but can neither list, pull, push nor delete there.
 """
 
 from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
 
 import httpx
 
@@ -28,10 +39,13 @@ class RegistryError(Exception):
 
 
 class Registry:
-    def __init__(self, address: str, scheme: str, timeout: float = 20) -> None:
+    def __init__(self, address: str, scheme: str, timeout: float = 20,
+                 credentials: tuple[str, str] | None = None) -> None:
         host, _, namespace = address.partition("/")
         self.address = address  # what image references start with: host[:port][/namespace]
+        self.host = host
         self.namespace = f"{namespace.strip('/')}/" if namespace.strip("/") else ""
+        self.credentials = credentials
         self._base = f"{scheme}://{host}/v2"
         self._timeout = timeout
 
@@ -57,6 +71,14 @@ class Registry:
             return f"{type(exc).__name__}: {exc}"
         return "" if response.status_code in (200, 401) else f"HTTP {response.status_code}"
 
+    def access(self) -> tuple[int, int | None]:
+        """The status of a catalogue listing without credentials, and with the service's (None without any)."""
+        url = f"{self._base}/_catalog?n=1"
+        anonymous = httpx.get(url, timeout=5).status_code
+        if self.credentials is None:
+            return anonymous, None
+        return anonymous, httpx.get(url, auth=self.credentials, timeout=5).status_code
+
     def tags(self, deployment_id: str | None = None) -> dict[str, list[str]]:
         """Repository -> its tags, of one deployment or of every deployment (tagless repositories left out)."""
         found: dict[str, list[str]] = {}
@@ -78,13 +100,14 @@ class Registry:
     def delete(self, repository: str, tag: str) -> None:
         try:
             head = httpx.head(f"{self._base}/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES},
-                              timeout=self._timeout)
+                              auth=self.credentials, timeout=self._timeout)
             if head.status_code == 404:
                 return
             digest = head.headers.get("Docker-Content-Digest")
             if head.status_code != 200 or not digest:
                 raise RegistryError(f"{repository}:{tag}: manifest not found (HTTP {head.status_code})")
-            response = httpx.delete(f"{self._base}/{repository}/manifests/{digest}", timeout=self._timeout)
+            response = httpx.delete(f"{self._base}/{repository}/manifests/{digest}", auth=self.credentials,
+                                    timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise RegistryError(f"{repository}:{tag}: {type(exc).__name__}") from None
         if response.status_code == 405:
@@ -104,9 +127,49 @@ class Registry:
 
     def _get(self, url: str) -> httpx.Response:
         try:
-            response = httpx.get(url, timeout=self._timeout)
+            response = httpx.get(url, auth=self.credentials, timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise RegistryError(f"{url}: {type(exc).__name__}") from None
         if response.status_code != 200:
             raise RegistryError(f"{url}: HTTP {response.status_code}")
         return response
+
+
+# The operator's Docker client configuration the service's own one keeps: plugins and contexts (by link), and
+# the context in use. Credential stores are left out: they would be asked for the registry instead of `auths`.
+KEPT_DIRECTORIES = ("cli-plugins", "contexts")
+
+
+def client_config(parent: Path, registry_host: str, credentials: tuple[str, str],
+                  operator_env: dict[str, str]) -> Path:
+    """A Docker client configuration directory holding the registry's credentials (mode 0700, its config.json
+    0600), under `parent` in a directory of its own per registry and credentials: the service and a `doctor`
+    run with other settings never overwrite each other's, and a changed password gets a new one. Returns the
+    directory, for DOCKER_CONFIG."""
+    operator = Path(operator_env.get("DOCKER_CONFIG") or Path(operator_env.get("HOME") or "/root") / ".docker")
+    digest = hashlib.sha256("\0".join((registry_host, *credentials)).encode()).hexdigest()[:16]
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    parent.chmod(0o700)
+    directory = parent / digest
+    directory.mkdir(mode=0o700, exist_ok=True)
+    config: dict[str, object] = {}
+    try:
+        current = json.loads((operator / "config.json").read_text(encoding="utf-8")).get("currentContext")
+        if isinstance(current, str) and current:
+            config["currentContext"] = current
+    except (OSError, ValueError, AttributeError):
+        pass
+    token = base64.b64encode(":".join(credentials).encode()).decode()
+    config["auths"] = {registry_host: {"auth": token}}
+    staged = directory / f"config.json.{os.getpid()}"  # the same content from any process: the last rename wins
+    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    staged.replace(directory / "config.json")
+    for name in KEPT_DIRECTORIES:
+        link, target = directory / name, operator / name
+        if link.is_symlink():
+            link.unlink()
+        if target.is_dir() and not link.exists():
+            link.symlink_to(target)
+    return directory

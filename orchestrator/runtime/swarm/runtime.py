@@ -32,7 +32,7 @@ from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm.doctor import swarm_checks
 from orchestrator.runtime.swarm.gc import GcRun, PushGate, collect, due
-from orchestrator.runtime.swarm.registry import Registry, RegistryError
+from orchestrator.runtime.swarm.registry import Registry, RegistryError, client_config
 from orchestrator.runtime.swarm.removal import remove_deployment
 from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
 from orchestrator.runtime.swarm.tasks import (
@@ -60,8 +60,9 @@ def po_runtimes() -> list[RuntimeSpec]:
 def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
     if name != NAME:
         return None
-    return SwarmRuntime(Registry(settings.swarm_registry, settings.swarm_registry_scheme),
-                        settings.swarm_node_engines, settings.compose_timeout_seconds,
+    registry = Registry(settings.swarm_registry, settings.swarm_registry_scheme,
+                        credentials=settings.swarm_registry_credentials)
+    return SwarmRuntime(registry, settings.swarm_node_engines, settings.compose_timeout_seconds,
                         HostEnv.for_state_dir(settings.state_dir), shlex.split(settings.swarm_registry_gc_command),
                         settings.state_dir, settings.swarm_registry_gc_interval_seconds)
 
@@ -80,7 +81,11 @@ class SwarmRuntime:
         self._gate = PushGate()  # pushes share it; the registry's garbage collection holds it alone
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
-        self.cli = SwarmCli(env, node_engines, timeout)
+        config = None
+        if registry.credentials is not None and state_dir is not None:
+            config = client_config(state_dir / "swarm-docker-config", registry.host, registry.credentials,
+                                   env.docker())
+        self.cli = SwarmCli(env, node_engines, timeout, config)
         self._images: dict[str, dict[str, str]] = {}  # deployment -> service -> pushed reference (build -> start)
         self._baseline: dict[str, set[str]] = {}  # task ids from before the last start: not this attempt's
         self._address: dict[str, str] = {}  # deployment -> its node's address
