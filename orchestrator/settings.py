@@ -15,13 +15,17 @@ from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
 from orchestrator.common.secret_files import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+# An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name).
+HOST_PREFIX = re.compile(r"^([a-z][a-z0-9-]{0,30}):")
+DEFAULT_CODEHOST = "github"
 
 IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 
 MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
 
 # Variables whose values must never be echoed, even in an error about themselves.
-SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET", "SWARM_REGISTRY_PASSWORD"})
+SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET", "GITEA_TOKEN", "GITEA_WEBHOOK_SECRET",
+                              "SWARM_REGISTRY_PASSWORD"})
 
 
 class SettingsError(Exception):
@@ -88,6 +92,11 @@ class Settings(PluginSettings):
     log_level: Literal["debug", "info", "warn", "error"] = "info"
     orchestrator_public_url: str | None = None
     codehost_api_url: str = "https://api.github.com"
+    # Gitea and Forgejo (the `gitea` code host, docs/codehosts.md): on when GITEA_WEBHOOK_SECRET is set; its
+    # deliveries come to POST /webhook/gitea, its API is GITEA_URL/api/v1, its repositories are `gitea:owner/repo`.
+    gitea_url: str | None = None
+    gitea_token: SecretStr = SecretStr("")
+    gitea_webhook_secret: SecretStr = SecretStr("")
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
@@ -234,8 +243,8 @@ class Settings(PluginSettings):
             value = [part.strip() for part in value.split(",") if part.strip()]
         repos = tuple(value)
         for repo in repos:
-            if not REPO_PATTERN.match(repo):
-                raise ValueError(f"entry {repo!r} is not of the form owner/repo")
+            if not REPO_PATTERN.match(HOST_PREFIX.sub("", repo, count=1)):
+                raise ValueError(f"entry {repo!r} is not of the form owner/repo (or host:owner/repo)")
         return repos
 
     @field_validator("log_level", "node_env", "webhook_processing", "build_commands_mode", mode="before")
@@ -265,7 +274,14 @@ class Settings(PluginSettings):
             raise ValueError("SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together, or neither")
         return self
 
-    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
+    @model_validator(mode="after")
+    def _gitea(self) -> Settings:
+        if self.gitea_webhook_secret.get_secret_value() and not self.gitea_url:
+            raise ValueError("GITEA_URL is required when GITEA_WEBHOOK_SECRET is set (the server's address, "
+                             "e.g. https://gitea.example.com)")
+        return self
+
+    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url", "gitea_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
@@ -333,12 +349,25 @@ class Settings(PluginSettings):
 
     @property
     def allowed_repos_folded(self) -> frozenset[str]:
-        return frozenset(repo.lower() for repo in self.allowed_repos)
+        """GitHub's allowed repositories (the entries without a host prefix), lower case."""
+        return self.allowed_for(DEFAULT_CODEHOST)
+
+    def allowed_for(self, codehost: str) -> frozenset[str]:
+        """The allowed repositories of one code host, `owner/repo` lower case: `{codehost}:owner/repo` entries,
+        and for GitHub the entries without a prefix (the spec's form)."""
+        found = set()
+        for entry in self.allowed_repos:
+            match = HOST_PREFIX.match(entry)
+            host = match[1] if match else DEFAULT_CODEHOST
+            if host == codehost:
+                found.add(entry[match.end():].lower() if match else entry.lower())
+        return frozenset(found)
 
     def secret_values(self) -> list[str]:
         return [
             s.get_secret_value()
-            for s in (self.codehost_token, self.codehost_webhook_secret, self.swarm_registry_password)
+            for s in (self.codehost_token, self.codehost_webhook_secret, self.swarm_registry_password,
+                      self.gitea_token, self.gitea_webhook_secret)
             if s.get_secret_value()
         ]
 

@@ -1,4 +1,5 @@
-"""The code host client against the fake API: comments, retries, backoff and rate limits."""
+"""The GitHub code host's API against the fake: comments, retries, backoff and rate limits (ApiClient's, which
+every code host plugin uses)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.adapters.codehost import CodeHost, CodeHostError
+from orchestrator.codehosts.github import GitHub, api_client
+from orchestrator.plugin_api.codehost import CodeHostError
 from tests.support.fake_codehost import FakeCodeHost
 
 
@@ -18,8 +20,9 @@ def fake() -> Iterator[FakeCodeHost]:
     server.stop()
 
 
-def client(fake: FakeCodeHost, waits: list[float]) -> CodeHost:
-    return CodeHost(fake.url, "secret-token-1", retry_base=0.5, sleep=waits.append)
+def client(fake: FakeCodeHost, waits: list[float]) -> GitHub:
+    return GitHub(api_client(fake.url, "secret-token-1", retry_base=0.5, sleep=waits.append), fake.url,
+                  "secret-token-1", "webhook-secret")
 
 
 def test_creates_then_edits_one_comment_with_the_token(fake: FakeCodeHost) -> None:
@@ -87,7 +90,8 @@ def test_a_plain_403_is_not_retried(fake: FakeCodeHost) -> None:
 
 def test_an_unreachable_host_is_an_error_not_a_crash() -> None:
     waits: list[float] = []
-    host = CodeHost("http://127.0.0.1:9", "", retry_base=0.01, sleep=waits.append)
+    host = GitHub(api_client("http://127.0.0.1:9", "", retry_base=0.01, sleep=waits.append), "http://127.0.0.1:9",
+                  "", "webhook-secret")
     with pytest.raises(CodeHostError):
         host.upsert_comment("acme", "api", 7, None, "x")
     assert len(waits) == 3

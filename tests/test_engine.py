@@ -104,8 +104,10 @@ def test_a_pull_request_number_beyond_the_port_rule_is_refused_with_one_comment(
 def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, codehost) -> None:  # noqa: ANN001
     require_engine()
     engine = make_engine(make_settings, codehost)
-    comment = engine.codehost.upsert_comment("acme", "api", 1, None, "building")
-    reported = engine.codehost.create_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-1", "preview")
+    github = engine.codehosts.get("github")
+    assert github is not None
+    comment = github.upsert_comment("acme", "api", 1, None, "building")
+    reported = github.start_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-1", "preview")
     interrupted = record(1, "building").model_copy(update={"commentId": comment, "codehostDeploymentId": reported})
     seed(engine, interrupted, record(2, "building"), record(3, "running"), record(6, "sleeping"))
     label = f"{DEPLOYMENT_LABEL}=ghost-repo-9"
@@ -159,7 +161,7 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
 def test_startup_answers_before_a_slow_code_host_hears_of_interrupted_builds(make_settings, codehost) -> None:  # noqa: ANN001
     """With the code host failing, each report is retried; start-up (which the HTTP server waits for) must not."""
     engine = make_engine(make_settings, codehost, codehost_retry_base_seconds=0.5)
-    comment = engine.codehost.upsert_comment("acme", "api", 1, None, "building")
+    comment = engine.codehosts.get("github").upsert_comment("acme", "api", 1, None, "building")
     seed(engine, *(record(pr, "building").model_copy(update={"commentId": comment}) for pr in (1, 4, 5)))
     codehost.fail_next(3, 502)  # the first report is retried three times (0.5 s, 1 s, 2 s), then posted
     engine.startup(open_deployments=set())

@@ -121,6 +121,8 @@ def test_setup_nginx_installs_one_site_and_the_webhook_reaches_the_service_throu
         site = tmp_path / "nginx" / "sites-enabled" / "preview-orchestrator.conf"
         assert first.stdout.strip() == f"installed the nginx site {site} (port {nginx.port}); nginx started"
         assert f"include {tmp_path / 'routes'}/*.conf;" in site.read_text()
+        # the webhook paths of the code hosts that are on, and only those (Gitea's secret is not set)
+        assert re.findall(r"location = (\S+) \{", site.read_text()) == ["/webhook/github", "/webhook/codehost"]
         subprocess.run(shlex.split(env["PROXY_TEST_COMMAND"]), check=True, timeout=30)  # nginx -t passes
         with ServiceProcess(tmp_path / "service", port=service.port, **nginx.env(tmp_path / "routes",
                                                                                    service.port)) as running:

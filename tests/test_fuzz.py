@@ -10,9 +10,10 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from orchestrator.events.webhook import Ignored, WebhookRejected, parse_delivery
+from orchestrator.events.webhook import Ignored, WebhookRejected
 from orchestrator.plugin_api.preview_config import ConfigError, load_preview_config
 from orchestrator.rendering.plugin_host import build_plugin_host
+from tests.support.codehosts import parse_github
 from tests.support.payloads import fixture
 
 BUDGET = settings(max_examples=300, deadline=None, derandomize=True,
@@ -33,7 +34,7 @@ HEAD_FIELDS = ["ref", "sha", "repo"]
 
 def outcome(body: bytes) -> str:
     try:
-        result = parse_delivery(body, "pull_request", "delivery-1", ALLOWED)
+        result = parse_github(body, "pull_request", "delivery-1", ALLOWED)
     except WebhookRejected as rejected:
         assert rejected.status in (400, 403)
         assert rejected.message and "Traceback" not in rejected.message
@@ -64,7 +65,7 @@ def test_mutated_real_payloads_are_accepted_or_rejected_cleanly(top: str, pr_fie
         payload["pull_request"]["head"][head_field] = value
     result = outcome(json.dumps(payload).encode())
     if result == "accepted":
-        event = parse_delivery(json.dumps(payload).encode(), "pull_request", "d", ALLOWED)
+        event = parse_github(json.dumps(payload).encode(), "pull_request", "d", ALLOWED)
         assert not isinstance(event, Ignored)
         assert event.deployment_id == f"codertocat-hello-world-{event.pr_number}"
         assert event.branch is None or ("\n" not in event.branch and not event.branch.startswith("-"))

@@ -12,10 +12,11 @@ import pytest
 from falcon import testing
 
 from orchestrator.events.gating import Gate
-from orchestrator.events.webhook import Ignored, parse_delivery
+from orchestrator.events.webhook import Ignored
 from orchestrator.http.app import create_app
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
+from tests.support.codehosts import parse_github
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import FIXTURE_REPO, fixture, webhook_headers
 
@@ -35,7 +36,7 @@ def payload(name: str, draft: bool | None = None, labels: list[str] | None = Non
 
 
 def decide(data: dict[str, Any], gate: Gate) -> PullRequestEvent | Ignored:
-    return parse_delivery(json.dumps(data).encode(), "pull_request", "d-1", ALLOWED, gate)
+    return parse_github(json.dumps(data).encode(), "pull_request", "d-1", ALLOWED, gate)
 
 
 def acted_as(result: PullRequestEvent | Ignored) -> str | None:
@@ -82,7 +83,7 @@ def test_a_gated_out_delivery_of_a_repository_not_allowed_is_still_refused() -> 
 
     data = payload("opened", draft=True)
     with pytest.raises(WebhookRejected) as refused:
-        parse_delivery(json.dumps(data).encode(), "pull_request", "d", frozenset({"other/repo"}), DEFAULT)
+        parse_github(json.dumps(data).encode(), "pull_request", "d", frozenset({"other/repo"}), DEFAULT)
     assert refused.value.status == 403
 
 

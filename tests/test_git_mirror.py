@@ -10,13 +10,14 @@ from orchestrator.adapters.commands import DeploymentLog
 from orchestrator.adapters.git import Git
 from orchestrator.adapters.git_mirror import Mirrors
 from orchestrator.adapters.host_env import HostEnv
+from tests.support.codehosts import clone_credentials
 from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
 
 TOKEN = "ghs_mirror_token_never_on_disk"
 
 
 def tool(tmp_path: Path) -> Git:
-    return Git(TOKEN, "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path),
+    return Git(clone_credentials(TOKEN, "https://api.github.com"), ("file",), 60, HostEnv.for_state_dir(tmp_path),
                Mirrors(tmp_path / "state" / "mirrors"))
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.adapters.git import CloneRefused, Git, token_applies
+from orchestrator.adapters.git import CloneRefused, Git
 from orchestrator.adapters.host_env import HostEnv
+from orchestrator.codehosts.github import token_applies
+from tests.support.codehosts import clone_credentials
 from tests.support.git_repos import git, make_pr_repo
 
 TOKEN = "ghs_supersecrettoken123"
@@ -20,7 +22,7 @@ TOKEN = "ghs_supersecrettoken123"
 
 def test_clone_checks_out_the_branch_at_the_sha_and_updates(tmp_path: Path) -> None:
     repo = make_pr_repo(tmp_path / "repos", "python", "feature/x")
-    tool = Git(TOKEN, "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
+    tool = Git(clone_credentials(TOKEN, "https://api.github.com"), ("file",), 60, HostEnv.for_state_dir(tmp_path))
     log = DeploymentLog(tmp_path / "deploy.log")
     work = tmp_path / "work"
     tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, tmp_path / "work.git", log)
@@ -36,7 +38,7 @@ def test_clone_checks_out_the_branch_at_the_sha_and_updates(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("url", ["https://github.com/a/b.git", "ext::sh -c touch% /tmp/pwned", "-uhelp"])
 def test_transports_outside_the_allowed_list_are_refused(tmp_path: Path, url: str) -> None:
-    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
+    tool = Git(clone_credentials("", "https://api.github.com"), ("file",), 60, HostEnv.for_state_dir(tmp_path))
     with pytest.raises(CloneRefused):
         tool.clone(url, "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", DeploymentLog(tmp_path / "log"))
     assert not (tmp_path / "work").exists()
@@ -78,7 +80,7 @@ def git_http() -> Iterator[tuple[str, list[dict[str, str]]]]:
 
 def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_path: Path, git_http) -> None:
     base, seen = git_http
-    tool = Git(TOKEN, base, ("http",), 60, HostEnv.for_state_dir(tmp_path))
+    tool = Git(clone_credentials(TOKEN, base), ("http",), 60, HostEnv.for_state_dir(tmp_path))
     log = DeploymentLog(tmp_path / "deploy.log")
     with pytest.raises(CommandFailed) as failed:
         tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", log)
@@ -92,18 +94,31 @@ def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_
 
 def test_other_hosts_never_see_the_token(tmp_path: Path, git_http) -> None:
     base, seen = git_http
-    tool = Git(TOKEN, "http://127.0.0.1:1", ("http",), 60, HostEnv.for_state_dir(tmp_path))  # host elsewhere
+    # GitHub and Gitea are on, both elsewhere: neither token goes to this host
+    credentials = clone_credentials(TOKEN, "http://127.0.0.1:1", "http://127.0.0.1:2", "gitea-token-7")
+    tool = Git(credentials, ("http",), 60, HostEnv.for_state_dir(tmp_path))
     with pytest.raises(CommandFailed):
         tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git",
                    DeploymentLog(tmp_path / "l"))
     assert seen and all(request["authorization"] == "" for request in seen)
 
 
+def test_a_gitea_clone_gets_the_gitea_token_and_github_s_never(tmp_path: Path, git_http) -> None:
+    base, seen = git_http
+    tool = Git(clone_credentials(TOKEN, "https://api.github.com", base, "gitea-token-7"), ("http",), 60,
+               HostEnv.for_state_dir(tmp_path))
+    with pytest.raises(CommandFailed):
+        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git",
+                   DeploymentLog(tmp_path / "l"))
+    assert seen and {request["authorization"] for request in seen} == {
+        "Basic " + base64.b64encode(b"x-access-token:gitea-token-7").decode()}
+
+
 def test_shell_characters_in_branch_names_are_only_data(tmp_path: Path) -> None:
     branch = "feat/$(touch${IFS}pwned);`touch${IFS}pwned2`&x"
     repo = make_pr_repo(tmp_path / "repos", "python", "plain")
     git(Path(repo.clone_url), "branch", branch, repo.sha_b)
-    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
+    tool = Git(clone_credentials("", "https://api.github.com"), ("file",), 60, HostEnv.for_state_dir(tmp_path))
     work = tmp_path / "work"
     tool.clone(repo.clone_url, branch, repo.sha_b, work, tmp_path / "work.git", DeploymentLog(tmp_path / "log"))
     assert git(work, "rev-parse", "--abbrev-ref", "HEAD") == branch
@@ -114,7 +129,7 @@ def test_nothing_written_into_a_checkout_or_its_git_directory_makes_git_run_a_pr
     """What a container could write into a checkout it can see (a `.git` file pointing at a git directory of its
     own, with hooks and `core.fsmonitor`), and what is in the service's own git directory, runs nothing."""
     repo = make_pr_repo(tmp_path / "repos", "python", "feature/hooks")
-    tool = Git("", "https://api.github.com", ("file",), 60, HostEnv.for_state_dir(tmp_path))
+    tool = Git(clone_credentials("", "https://api.github.com"), ("file",), 60, HostEnv.for_state_dir(tmp_path))
     work, git_dir, log = tmp_path / "work", tmp_path / "work.git", DeploymentLog(tmp_path / "log")
     tool.clone(repo.clone_url, repo.branch, repo.sha_a, work, git_dir, log)
     canary = tmp_path / "pwned"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.codehost import CodeHost
 from orchestrator.plugin_api.preview_config import PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime
@@ -42,6 +44,24 @@ def test_hook_po_runtime(host: PluginHost, make_settings: SettingsFactory) -> No
     runtime = host.hook.po_runtime(name="compose", settings=settings)
     assert isinstance(runtime, Runtime) and runtime.name == "compose"
     assert host.hook.po_runtime(name="kubernetes", settings=settings) is None
+
+
+def test_hook_po_codehosts(host: PluginHost) -> None:
+    codehosts = [spec.name for answer in host.hook.po_codehosts() for spec in answer]
+    assert sorted(codehosts) == ["gitea", "github"]
+
+
+def test_hook_po_codehost(host: PluginHost, make_settings: SettingsFactory) -> None:
+    metrics = Metrics()
+    github = host.hook.po_codehost(name="github", settings=make_settings(), metrics=metrics)
+    assert isinstance(github, CodeHost) and github.name == "github"
+    # Gitea is off until its secret is set; a name no plugin serves is nobody's
+    assert host.hook.po_codehost(name="gitea", settings=make_settings(), metrics=metrics) is None
+    on = make_settings(gitea_webhook_secret="s", gitea_url="http://127.0.0.1:9")
+    gitea = host.hook.po_codehost(name="gitea", settings=on, metrics=metrics)
+    assert isinstance(gitea, CodeHost) and gitea.name == "gitea"
+    assert host.hook.po_codehost(name="bitbucket", settings=on, metrics=metrics) is None
+    assert [codehost.name for codehost in host.codehosts(on, metrics)] == ["github", "gitea"]
 
 
 def test_hook_po_detect_framework(host: PluginHost, tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 from falcon import testing
 
-from orchestrator.adapters.codehost import CodeHost
 from orchestrator.adapters.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.cli.service_client import previews_table
+from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
 from orchestrator.settings import Settings
@@ -210,11 +210,12 @@ def test_deployments_api_calls_have_githubs_shape_and_are_retried() -> None:
     fake = FakeCodeHost().start()
     metrics = Metrics()
     try:
-        host = CodeHost(fake.url, "token-1", retry_base=0.01, sleep=lambda _: None, metrics=metrics)
+        api = api_client(fake.url, "token-1", retry_base=0.01, sleep=lambda _: None, metrics=metrics)
+        host = GitHub(api, fake.url, "token-1", "webhook-secret")
         fake.fail_next(1, 502)
-        deployment = host.create_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-3", "Preview of #3")
-        host.set_deployment_status("acme", "api", deployment, "success", "running",
-                                   environment_url="http://previews.test/acme-api/pr-3/")
+        deployment = host.start_deployment("acme", "api", "a" * 40, "preview/acme-api/pr-3", "Preview of #3")
+        host.set_status("acme", "api", "a" * 40, deployment, "success", "running",
+                        url="http://previews.test/acme-api/pr-3/")
         [created] = fake.deployments_of("acme", "api", "preview/acme-api/pr-3")
         assert created["ref"] == "a" * 40
         assert created["request"]["required_contexts"] == [] and created["request"]["auto_merge"] is False
@@ -241,11 +242,11 @@ def test_list_table_is_readable() -> None:
              "url": "http://previews.test/acme-api/pr-12/", "projectSlug": "acme-api"},
             {"deploymentId": "acme-api-3", "status": "running", "error": None, "prNumber": 3, "branch": "fix",
              "commitSha": "1234567890", "createdAt": "2026-11-20T11:00:00+00:00",
-             "url": "http://previews.test/acme-api/pr-3/", "projectSlug": "acme-api"}]
+             "url": "http://previews.test/acme-api/pr-3/", "projectSlug": "acme-api", "codehost": "gitea"}]
     assert previews_table(rows, now).splitlines() == [
-        "ID           STATUS                         PR   BRANCH         COMMIT   AGE    URL",
-        "acme-api-3   running                        #3   fix            1234567  2d01h  http://previews.test/acme-api/pr-3/",
-        "acme-api-12  failed (Health check timeout)  #12  feature/login  abcdef0  1h30m  http://previews.test/acme-api/pr-12/",
+        "ID           STATUS                         HOST    PR   BRANCH         COMMIT   AGE    URL",
+        "acme-api-3   running                        gitea   #3   fix            1234567  2d01h  http://previews.test/acme-api/pr-3/",
+        "acme-api-12  failed (Health check timeout)  github  #12  feature/login  abcdef0  1h30m  http://previews.test/acme-api/pr-12/",
     ]
 
 

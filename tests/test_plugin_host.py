@@ -50,10 +50,11 @@ def test_listing_describes_each_plugin(host) -> None:  # noqa: ANN001
     assert go == {
         "name": "frameworks.go", "distribution": "preview-orchestrator", "version": "0.1.0", "builtin": True,
         "hooks": ["po_app_service", "po_detect_framework", "po_dockerfile", "po_frameworks"],
-        "frameworks": ["go"], "databases": [], "services": [], "runtimes": [],
+        "frameworks": ["go"], "databases": [], "services": [], "runtimes": [], "codehosts": [],
     }
     assert listing["plugins.redis"]["services"] == ["redis"]
     assert listing["orchestrator.runtime.compose"]["runtimes"] == ["compose"]
+    assert listing["orchestrator.codehosts.gitea"]["codehosts"] == ["gitea"]
 
 
 def test_disabled_plugins_are_not_loaded(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Cloning and updating a pull request's checkout with git, as argument lists.
 
-The code host token reaches git only through GIT_CONFIG_* environment variables of that one git process
-(an `http.extraHeader`), never the URL, a file, argv or the log — and only for clone URLs on the code host.
+A code host's token reaches git only through GIT_CONFIG_* environment variables of that one git process
+(an `http.extraHeader`), never the URL, a file, argv or the log — and only for clone URLs of that code host
+(its plugin's `clone_authorization` decides).
 
 The repository's git directory lives beside the checkout, not in it (`--separate-git-dir`), and every git
 command names it explicitly: a preview's containers can see the checkout, and whatever they write there (a
@@ -12,7 +13,7 @@ program.
 
 from __future__ import annotations
 
-import base64
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -40,24 +41,11 @@ def clone_url_problem(url: str, allowed_protocols: tuple[str, ...]) -> str | Non
     return None
 
 
-def token_applies(clone_url: str, api_url: str) -> bool:
-    """Send the token only to the code host itself (github.com for api.github.com; the same host for GHE),
-    over the API's own scheme."""
-    clone, api = urlsplit(clone_url), urlsplit(api_url)
-    if clone.scheme not in ("https", "http") or clone.scheme != api.scheme or not clone.hostname or not api.hostname:
-        return False
-    if clone.port != api.port:
-        return False
-    api_host = api.hostname.lower()
-    web_host = api_host.removeprefix("api.")
-    return clone.hostname.lower() in (api_host, web_host)
-
-
 class Git:
-    def __init__(self, token: str, api_url: str, allowed_protocols: tuple[str, ...], timeout: float,
-                 env: HostEnv, mirrors: Mirrors | None = None) -> None:
-        self._token = token
-        self._api_url = api_url
+    def __init__(self, authorization: Callable[[str], str | None], allowed_protocols: tuple[str, ...],
+                 timeout: float, env: HostEnv, mirrors: Mirrors | None = None) -> None:
+        """`authorization`: the Authorization header for a clone URL (its code host's token), or None."""
+        self._authorization = authorization
         self._protocols = allowed_protocols
         self._timeout = timeout
         self._env = env
@@ -70,10 +58,9 @@ class Git:
             # another user, which git refuses unless told that this one directory is safe.
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                           "GIT_CONFIG_VALUE_0": clone_url})
-        elif self._token and token_applies(clone_url, self._api_url):
-            basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
+        elif authorization := self._authorization(clone_url):
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                          "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
+                          "GIT_CONFIG_VALUE_0": f"Authorization: {authorization}"})
         return self._env.git(extra)
 
     def _git(self, args: list[str], work_dir: Path, git_dir: Path | None, clone_url: str, log: DeploymentLog,

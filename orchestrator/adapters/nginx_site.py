@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -75,25 +76,27 @@ class SiteResult:
     ok: bool = True
 
 
-def server_block(settings: Settings) -> str:
-    """The lines a server block needs: the webhook location (the only public part of the service) and the
-    include of the per-preview locations."""
+def server_block(settings: Settings, webhook_paths: Sequence[str]) -> str:
+    """The lines a server block needs: the webhook locations of the code hosts that are on (the only public part
+    of the service) and the include of the per-preview locations."""
     service = settings.orchestrator_host if settings.orchestrator_host not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
-    return (
-        "    # The code host's webhook, and nothing else of the service, is public.\n"
-        "    location = /webhook/codehost {\n"
+    webhooks = "".join(
+        f"    location = {path} {{\n"
         f"        proxy_pass http://{service}:{settings.orchestrator_port};\n"
         "        proxy_set_header Host $host;\n"
         "        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
         "        proxy_set_header X-Forwarded-Proto $scheme;\n"
         "        client_max_body_size 25m;\n"
-        "    }\n"
+        "    }\n" for path in webhook_paths)
+    return (
+        "    # The code hosts' webhooks, and nothing else of the service, are public.\n"
+        f"{webhooks}"
         "    # One file per preview, written and removed by the service.\n"
         f"    include {settings.proxy_config_dir}/*.conf;\n"
     )
 
 
-def site_text(settings: Settings, bucket: bool = True) -> str:
+def site_text(settings: Settings, webhook_paths: Sequence[str], bucket: bool = True) -> str:
     """`bucket`: also set server_names_hash_bucket_size (http level, once per nginx: only when no file sets it),
     so that the long host names of host routing fit (up to NAMES_BUCKET_SIZE - 18 characters)."""
     names = ["localhost", "127.0.0.1"]
@@ -104,7 +107,7 @@ def site_text(settings: Settings, bucket: bool = True) -> str:
             "server {\n"
             f"    listen {settings.proxy_listen_port};\n"
             f"    server_name {' '.join(names)};\n"
-            f"{server_block(settings)}"
+            f"{server_block(settings, webhook_paths)}"
             "    # Nothing else is served here.\n"
             "    location / {\n        return 404;\n    }\n"
             "}\n"
@@ -113,7 +116,8 @@ def site_text(settings: Settings, bucket: bool = True) -> str:
             + (f"server_names_hash_bucket_size {NAMES_BUCKET_SIZE};\n" if bucket else ""))
 
 
-def ensure_site(settings: Settings, env: HostEnv) -> SiteResult:
+def ensure_site(settings: Settings, env: HostEnv, webhook_paths: Sequence[str]) -> SiteResult:
+    """`webhook_paths`: `/webhook/{name}` of each code host that is on (GitHub's also `/webhook/codehost`)."""
     dump = dump_command(settings.proxy_test_command)
     if dump is None:
         return SiteResult(False, "PROXY_TEST_COMMAND is not `nginx -t`: configure your proxy by hand "
@@ -132,15 +136,16 @@ def ensure_site(settings: Settings, env: HostEnv) -> SiteResult:
     site = settings.proxy_site_file
     previous = site.read_text(encoding="utf-8") if site.is_file() else None
     if site.is_symlink() or (previous is not None and not previous.startswith(OURS)):
-        return SiteResult(False, _by_hand(settings, f"{site} exists and is not ours"), ok=False)
+        return SiteResult(False, _by_hand(settings, f"{site} exists and is not ours", webhook_paths), ok=False)
     (settings.proxy_config_dir / SERVERS_DIR).mkdir(parents=True, exist_ok=True)
     site.parent.mkdir(parents=True, exist_ok=True)
-    write_new(site.parent, site.name, site_text(settings, bucket=names_bucket_size(current) is None))
+    write_new(site.parent, site.name, site_text(settings, webhook_paths, bucket=names_bucket_size(current) is None))
     try:
         run(shlex.split(settings.proxy_test_command), cwd=None, env=env.tools(), timeout=60, log=None)
     except CommandFailed as exc:
         _restore(site, previous)
-        return SiteResult(False, _by_hand(settings, f"nginx refused the site ({exc.tail(3).strip()})"), ok=False)
+        why = f"nginx refused the site ({exc.tail(3).strip()})"
+        return SiteResult(False, _by_hand(settings, why, webhook_paths), ok=False)
     how = _reload_or_start(settings, env)
     return SiteResult(True, f"installed the nginx site {site} (port {settings.proxy_listen_port}); nginx {how}")
 
@@ -163,8 +168,8 @@ def _restore(site: Path, previous: str | None) -> None:
         write_new(site.parent, site.name, previous)
 
 
-def _by_hand(settings: Settings, why: str) -> str:
+def _by_hand(settings: Settings, why: str, webhook_paths: Sequence[str]) -> str:
     return (f"{why}; nothing was changed. Add these lines to the server block that serves "
             f"{settings.preview_base_url or 'your preview host'}, then run `nginx -t && nginx -s reload`:\n\n"
-            f"{server_block(settings)}\nand, for PREVIEW_ROUTING=host, this one at http level (outside any server "
-            f"block):\n\n{servers_include(settings)}")
+            f"{server_block(settings, webhook_paths)}\nand, for PREVIEW_ROUTING=host, this one at http level "
+            f"(outside any server block):\n\n{servers_include(settings)}")

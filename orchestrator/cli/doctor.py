@@ -15,8 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-
 from orchestrator.adapters.commands import CommandFailed, run
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx_site import (
@@ -29,7 +27,8 @@ from orchestrator.adapters.nginx_site import (
 )
 from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools, local_dockerd_args, read_daemon_json
 from orchestrator.common.labels import DEPLOYMENT_LABEL
-from orchestrator.plugin_api.checks import Check, run_safely
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely
 from orchestrator.plugin_api.runtime import runtime_checks
 from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
 from orchestrator.settings import Settings
@@ -47,11 +46,24 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _writable("state directory", settings.state_dir, "DEPLOYMENTS_DB"),
         lambda: _writable("work directory", settings.deployments_dir, "DEPLOYMENTS_DIR"),
         lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
-        lambda: _allowed_repos(settings), lambda: _codehost(settings), lambda: _origins(settings),
+        lambda: _allowed_repos(settings), lambda: _origins(settings),
     ]
-    with ThreadPoolExecutor(max_workers=len(probes) + 1) as pool:
+    with ThreadPoolExecutor(max_workers=len(probes) + 2) as pool:
+        hosts = pool.submit(_codehost_checks, settings)  # each code host's own lines (API, token)
         own = pool.submit(_runtime_checks, settings)  # the runtime's own lines (a swarm's nodes, registry)
-        return [*pool.map(run_safely, probes), *own.result()]
+        return [*pool.map(run_safely, probes), *hosts.result(), *own.result()]
+
+
+def _codehost_checks(settings: Settings) -> list[Check]:
+    """The lines of every code host that is on (GitHub always: its secret is required)."""
+    try:
+        hosts = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins).codehosts(settings, Metrics())
+    except PluginError as exc:
+        return [Check("the code hosts", False, str(exc), "disable the plugin that fails")]
+    try:
+        return [check for host in hosts for check in run_all_safely(host.checks, f"the code host {host.name}")]
+    finally:
+        hosts.close()
 
 
 def _runtime_checks(settings: Settings) -> list[Check]:
@@ -230,30 +242,6 @@ def _allowed_repos(settings: Settings) -> Check:
         return Check("ALLOWED_REPOS set", True, ", ".join(settings.allowed_repos))
     return Check("ALLOWED_REPOS set", False, "empty: every pull_request webhook is refused with 403",
                  "set ALLOWED_REPOS=owner/repo in the environment or .env")
-
-
-def _codehost(settings: Settings) -> Check:
-    name = f"code host API reachable ({settings.codehost_api_url})"
-    headers = {"Accept": "application/vnd.github+json", "User-Agent": "preview-orchestrator"}
-    token = settings.codehost_token.get_secret_value()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        response = httpx.get(f"{settings.codehost_api_url}/rate_limit", headers=headers, timeout=5)
-    except httpx.HTTPError as exc:
-        return Check(name, False, type(exc).__name__, "check the network, or CODEHOST_API_URL")
-    if response.status_code == 401:
-        return Check(name, False, "the token was refused (401)", "set a valid CODEHOST_TOKEN")
-    if response.status_code != 200:
-        return Check(name, False, f"HTTP {response.status_code}", "check CODEHOST_API_URL")
-    try:
-        core = response.json()["resources"]["core"]
-        detail = f"{core['remaining']}/{core['limit']} requests left this hour"
-    except (ValueError, KeyError, TypeError):
-        detail = "answered"
-    if not token:
-        detail += "; no CODEHOST_TOKEN: comments cannot be posted"
-    return Check(name, bool(token), detail, "set CODEHOST_TOKEN (pull-request comments need it)")
 
 
 def running_as_root() -> bool:

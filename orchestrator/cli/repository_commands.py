@@ -19,7 +19,8 @@ def plugins(args: argparse.Namespace) -> int:
         return 0
     rows = [("NAME", "BUILT-IN", "DISTRIBUTION", "VERSION", "PROVIDES", "HOOKS")]
     for entry in listing:
-        provided = entry["frameworks"] + entry["databases"] + entry["services"] + entry["runtimes"]
+        provided = (entry["frameworks"] + entry["databases"] + entry["services"] + entry["runtimes"]
+                    + entry["codehosts"])
         provides = ", ".join(provided) or "-"
         rows.append((entry["name"], "yes" if entry["builtin"] else "no", entry["distribution"] or "-",
                      entry["version"] or "-", provides, ", ".join(entry["hooks"])))

@@ -42,10 +42,12 @@ def _error(response: httpx.Response) -> str:
 
 
 def previews_table(deployments: list[dict[str, Any]], now: datetime | None = None) -> str:
-    rows = [["ID", "STATUS", "PR", "BRANCH", "COMMIT", "AGE", "URL"]]
+    rows = [["ID", "STATUS", "HOST", "PR", "BRANCH", "COMMIT", "AGE", "URL"]]
     for d in sorted(deployments, key=lambda d: (d["projectSlug"], d["prNumber"])):
         status = d["status"] + (f" ({d['error']})" if d.get("error") else "")
-        rows.append([d["deploymentId"], status if len(status) <= 60 else status[:57] + "...", f"#{d['prNumber']}",
+        host = "local" if d.get("source") == "local" else d.get("codehost", "github")
+        rows.append([d["deploymentId"], status if len(status) <= 60 else status[:57] + "...", host,
+                     f"#{d['prNumber']}",
                      d["branch"], (d["commitSha"] or "")[:7],
                      age(datetime.fromisoformat(d["createdAt"]), now or datetime.now(UTC)), d["url"]])
     return format_table(rows)

@@ -62,6 +62,9 @@ def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -
         f"  webhook secret: {secret}",
         f"  code host: add a webhook with URL {base}/webhook/codehost, content type application/json, that "
         "secret, and the \"Pull requests\" event",
+        *([f"  Gitea/Forgejo: add a webhook with URL {base}/webhook/gitea, content type application/json, "
+           "GITEA_WEBHOOK_SECRET, and the pull request events (docs/codehosts.md)"]
+          if settings.gitea_webhook_secret.get_secret_value() else []),
         f"  allowed repositories: {repos}",
         "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
     ])
@@ -82,6 +85,19 @@ def setup_nginx(args: argparse.Namespace) -> int:
     from orchestrator.adapters.nginx_site import ensure_site
 
     settings, _ = service_settings_or_exit()
-    result = ensure_site(settings, HostEnv.for_state_dir(settings.state_dir))
+    result = ensure_site(settings, HostEnv.for_state_dir(settings.state_dir), webhook_paths(settings))
     print(result.message, file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
+
+
+def webhook_paths(settings: Settings) -> list[str]:
+    """`/webhook/{name}` (and its aliases) of every code host that is on: what nginx exposes, and only that."""
+    from orchestrator.observability.metrics import Metrics
+    from orchestrator.rendering.plugin_host import build_plugin_host
+
+    plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    hosts = plugins.codehosts(settings, Metrics())
+    try:
+        return [f"/webhook/{path}" for host in hosts for path in (host.name, *host.aliases)]
+    finally:
+        hosts.close()

@@ -1,11 +1,13 @@
 """Which pull requests get a preview: drafts and the opt-in label (PREVIEW_DRAFTS, PREVIEW_DRAFT_CONVERTED,
-PREVIEW_LABEL). GitHub's `ready_for_review`/`labeled` become a deploy (`opened`: a preview that exists is updated)
-and `converted_to_draft`/`unlabeled` a cleanup (`closed`); an action that is not acted on says why."""
+PREVIEW_LABEL), the same for every code host (a plugin reports a change's draft flag and labels). `ready_for_review`
+and `labeled` become a deploy (`opened`: a preview that exists is updated) and `converted_to_draft`/`unlabeled` a
+cleanup (`closed`); an action that is not acted on says why."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from orchestrator.plugin_api.codehost import PullRequestChange
 
 DEPLOY, CLEANUP = "opened", "closed"
 
@@ -16,12 +18,10 @@ class Gate:
     keep_converted: bool = False  # PREVIEW_DRAFT_CONVERTED=keep
     label: str = ""  # PREVIEW_LABEL; empty: every pull request
 
-    def decide(self, action: str, document: dict[str, Any]) -> tuple[str | None, str]:
+    def decide(self, change: PullRequestChange) -> tuple[str | None, str]:
         """The action the flows see (None: not acted on) and why, for the log line."""
-        pr = document.get("pull_request") if isinstance(document.get("pull_request"), dict) else {}
-        draft = pr.get("draft") is True
-        labelled = self._labelled(pr)
-        event_label = (document.get("label") or {}).get("name") if isinstance(document.get("label"), dict) else None
+        action, draft, event_label = change.action, change.draft, change.changed_label
+        labelled = bool(self.label) and self.label.lower() in change.labels
         ours = bool(self.label) and isinstance(event_label, str) and event_label.lower() == self.label.lower()
         labelled = labelled or (action == "labeled" and ours)  # the label just added counts, listed or not
         if action == CLEANUP:
@@ -32,6 +32,14 @@ class Gate:
             if self.keep_converted:
                 return None, "converted to draft: the preview is kept (PREVIEW_DRAFT_CONVERTED=keep)"
             return CLEANUP, "converted to draft: its preview is removed (PREVIEW_DRAFTS=false)"
+        if action == "labels_changed":  # the host does not say which label changed: the current ones decide
+            if not self.label:
+                return None, "labels changed: labels are not used (PREVIEW_LABEL is empty)"
+            if not labelled:
+                return CLEANUP, f"labels changed: {self.label!r} is not on the pull request, its preview is removed"
+            if draft and not self.drafts:
+                return None, "labels changed on a draft pull request: PREVIEW_DRAFTS is false"
+            return DEPLOY, f"labels changed: {self.label!r} is on the pull request, deployed"
         if action == "unlabeled":
             if not ours:
                 return None, f"unlabeled {event_label!r}: not PREVIEW_LABEL" if self.label else \
@@ -47,8 +55,3 @@ class Gate:
         if action in ("labeled", "ready_for_review"):
             return DEPLOY, f"{action}: deployed"
         return action, action
-
-    def _labelled(self, pr: dict[str, Any]) -> bool:
-        labels = pr.get("labels") if isinstance(pr.get("labels"), list) else []
-        names = {str(item.get("name", "")).lower() for item in labels if isinstance(item, dict)}
-        return self.label.lower() in names

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommands
-from orchestrator.adapters.codehost import CodeHost
 from orchestrator.adapters.commands import DeploymentLog, deployment_log_path
 from orchestrator.adapters.git import Git
 from orchestrator.adapters.git_mirror import Mirrors
@@ -19,7 +18,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime, can_sleep, updates_leave_gap
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
-from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
 
@@ -50,25 +49,24 @@ class Target:
 class FlowContext:
     """The flows' shared dependencies, built once by the engine."""
 
-    def __init__(self, settings: Settings, plugins: PluginHost, codehost: CodeHost, metrics: Metrics,
+    def __init__(self, settings: Settings, plugins: PluginHost, codehosts: CodeHosts, metrics: Metrics,
                  runtime: Runtime, store: DeploymentStore) -> None:
         self.settings = settings
         self.plugins = plugins
-        self.codehost = codehost
+        self.codehosts = codehosts
         self.metrics = metrics
         self.runtime = runtime
         self.store = store
         self.env = HostEnv.for_state_dir(settings.state_dir)
-        self.git = Git(settings.codehost_token.get_secret_value(), settings.codehost_api_url,
-                       settings.allowed_clone_protocols, settings.git_timeout_seconds, self.env,
-                       Mirrors(settings.state_dir / "mirrors"))
+        self.git = Git(codehosts.clone_authorization, settings.allowed_clone_protocols,
+                       settings.git_timeout_seconds, self.env, Mirrors(settings.state_dir / "mirrors"))
         # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: nginx.py
         self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and can_sleep(runtime),
                                         hand_off=updates_leave_gap(runtime))
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))
-        self._secrets = settings.secret_values()
+        self._secrets = list(dict.fromkeys([*settings.secret_values(), *codehosts.secrets()]))
         self._password_key: bytes | None = None
 
     def target(self, slug: str, pr: int, deployment_id: str) -> Target:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from orchestrator.adapters.codehost import CodeHost
 from orchestrator.common.flow_control import FlowControl, unlimited
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.context import FlowContext
@@ -27,7 +26,7 @@ from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime, collect_garbage
-from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
@@ -38,27 +37,26 @@ FORK_REFUSAL = ("Pull requests from forks are not deployed: their code would run
                 "A maintainer can push the branch to this repository, or the operator can set ALLOW_FORK_PRS=true.")
 
 
-def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, store: DeploymentStore) -> DeployEngine:
+def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, store: DeploymentStore,
+                 codehosts: CodeHosts) -> DeployEngine:
     """The default EVENT_HANDLER, called by the composition root (http/app.py `create_app`) with what it built
-    once: the engine with the code host's client and the runtime RUNTIME names."""
-    codehost = CodeHost(settings.codehost_api_url, settings.codehost_token.get_secret_value(),
-                        retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
-    return DeployEngine(settings, plugins, codehost, metrics, store, plugins.runtime(settings.runtime, settings))
+    once: the engine with the code hosts that are on and the runtime RUNTIME names."""
+    return DeployEngine(settings, plugins, codehosts, metrics, store, plugins.runtime(settings.runtime, settings))
 
 
 class DeployEngine:
     """Every dependency is given (build_engine): the engine builds none of them."""
 
-    def __init__(self, settings: Settings, plugins: PluginHost, codehost: CodeHost, metrics: Metrics,
+    def __init__(self, settings: Settings, plugins: PluginHost, codehosts: CodeHosts, metrics: Metrics,
                  store: DeploymentStore, runtime: Runtime) -> None:
-        self.context = FlowContext(settings, plugins, codehost, metrics, runtime, store)
-        self.reporter = Reporter(codehost, self.context.store, settings)
+        self.context = FlowContext(settings, plugins, codehosts, metrics, runtime, store)
+        self.reporter = Reporter(codehosts, self.context.store, settings)
         self.deploy_flow = DeployFlow(self.context, self.reporter)
         self.cleanup_flow = CleanupFlow(self.context, self.reporter)
         self.reconciler = Reconciler(self.context, self.reporter)
         self.sleep_flow = SleepFlow(self.context, self.reporter)
         # What tests and embedders reach for.
-        self.settings, self.plugins, self.codehost, self.metrics = settings, plugins, codehost, metrics
+        self.settings, self.plugins, self.codehosts, self.metrics = settings, plugins, codehosts, metrics
         self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
 
     def handle(self, event: PullRequestEvent, control: FlowControl | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.observability.metrics import Metrics
-from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import PullRequestEvent
 from orchestrator.state.store import DeploymentStore
@@ -32,16 +32,19 @@ class EventHandler(Protocol):
         """
 
 
-def load_handler(settings: Settings, plugins: PluginHost, metrics: Metrics, store: DeploymentStore) -> EventHandler:
+def load_handler(settings: Settings, plugins: PluginHost, metrics: Metrics, store: DeploymentStore,
+                 codehosts: CodeHosts) -> EventHandler:
     """Instantiate EVENT_HANDLER (`module:callable`, called as `factory(settings, plugins=..., metrics=...,
-    store=...)`; `store` only when the factory takes it). The handler records into `metrics`, which `GET /metrics`
-    serves, and tracks previews in `store`, which the API reads."""
+    store=..., codehosts=...)`; `store` and `codehosts` only when the factory takes them). The handler records
+    into `metrics`, which `GET /metrics` serves, tracks previews in `store`, which the API reads, and reports to
+    the pull requests' code hosts through `codehosts`."""
     module_name, _, attribute = settings.event_handler.partition(":")
     if not module_name or not attribute:
         raise ValueError("EVENT_HANDLER is not valid: expected module:callable")
     factory = getattr(importlib.import_module(module_name), attribute)
     parameters = inspect.signature(factory).parameters
-    takes_store = "store" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    extra = {"store": store} if takes_store else {}
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    extra = {name: value for name, value in (("store", store), ("codehosts", codehosts))
+             if name in parameters or takes_all}
     handler: EventHandler = factory(settings, plugins=plugins, metrics=metrics, **extra)
     return handler

@@ -71,7 +71,7 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
             status="building", createdAt=previous.createdAt if previous else now, updatedAt=now,
             url=url,
             commentId=comment_id if comment_id is not None else (previous.commentId if previous else None),
-            cloneUrl=event.clone_url, error=None, source=event.source,
+            cloneUrl=event.clone_url, error=None, source=event.source, codehost=event.codehost,
             # a new preview's secrets are keyed by its repository; an older one's stay as its volume has them
             secretsScope=previous.secretsScope if previous else "repository",
         )

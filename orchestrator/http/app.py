@@ -110,7 +110,8 @@ def create_app(
     plugins = plugins or build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     metrics = Metrics()
     store = DeploymentStore(settings.deployments_db)  # one object: the handler and the API share its cache
-    handler = handler or load_handler(settings, plugins, metrics, store)
+    codehosts = plugins.codehosts(settings, metrics)  # the ones that are on: their webhooks, reports and clones
+    handler = handler or load_handler(settings, plugins, metrics, store, codehosts)
     inbox = Inbox(settings.inbox_path)
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
     metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
@@ -124,7 +125,10 @@ def create_app(
     app.add_route("/api-docs", ApiDocsResource())
     app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
-    app.add_route("/webhook/codehost", WebhookResource(settings, inbox, dispatcher, metrics, store))
+    for host in codehosts:  # POST /webhook/{name}; GitHub also at the spec's /webhook/codehost
+        webhook = WebhookResource(host, settings, inbox, dispatcher, metrics, store)
+        for path in (host.name, *host.aliases):
+            app.add_route(f"/webhook/{path}", webhook)
     app.add_route("/metrics", MetricsResource(metrics))
     app.add_route("/api/plugins", PluginListResource(plugins))
     app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))

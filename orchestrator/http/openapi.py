@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.codehosts.github_payload import WebhookPayload
 from orchestrator.common.naming import DEPLOYMENT_ID_PATTERN
 from orchestrator.events.webhook import MAX_BODY_BYTES
 from orchestrator.state import records as models
@@ -82,7 +83,7 @@ def build_openapi(server_url: str | None) -> dict[str, Any]:
                 models.DeploymentList,
                 models.LocalPreviewRequest,
                 models.LocalPreviewAccepted,
-                models.WebhookPayload,
+                WebhookPayload,
                 models.PluginList,
             )
         },

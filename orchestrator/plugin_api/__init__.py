@@ -9,6 +9,18 @@ is a short one). Names here stay stable; the modules behind them may move.
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.plugin_api.checks import Check
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHost,
+    CodeHostError,
+    CodeHostSpec,
+    Delivery,
+    Ignored,
+    PullRequestChange,
+    WebhookRejected,
+    signature_matches,
+)
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
@@ -37,7 +49,17 @@ from orchestrator.plugin_api.types import (
 )
 
 __all__ = [
+    "ApiClient",
+    "ApiCodeHost",
     "Check",
+    "CodeHost",
+    "CodeHostError",
+    "CodeHostSpec",
+    "Delivery",
+    "Ignored",
+    "PullRequestChange",
+    "WebhookRejected",
+    "signature_matches",
     "PROJECT",
     "AppService",
     "ConfigError",

@@ -35,3 +35,11 @@ def run_safely(probe: Callable[[], Check], name: str = "check") -> Check:
         return probe()
     except Exception as exc:  # noqa: BLE001 - whatever a probe raises is what the line says
         return Check(name, False, f"could not run ({type(exc).__name__}: {exc})")
+
+
+def run_all_safely(probe: Callable[[], list[Check]], name: str) -> list[Check]:
+    """A plugin's lines (a code host's, a runtime's); checks that break are one failed line named `name`."""
+    try:
+        return list(probe())
+    except Exception as exc:  # noqa: BLE001 - a third party's checks
+        return [Check(name, False, f"could not run ({type(exc).__name__}: {exc})")]

@@ -23,6 +23,8 @@ from typing import Any
 
 import pluggy
 
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.codehost import CodeHost, CodeHostSpec
 from orchestrator.plugin_api.preview_config import PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
@@ -62,6 +64,13 @@ def po_databases() -> list[DatabaseSpec]:
 @hookspec
 def po_services() -> list[ServiceSpec]:
     """Extra services (redis, ...) this plugin can add. Names become valid `extra_services` entries."""
+
+
+@hookspec
+def po_codehosts() -> list[CodeHostSpec]:
+    """Code hosts this plugin serves: where pull requests come from (built in: `github`, `gitea` for Gitea and
+    Forgejo: orchestrator/codehosts/). A name becomes the webhook path `/webhook/{name}` and the prefix of its
+    ALLOWED_REPOS entries (`{name}:owner/repo`)."""
 
 
 @hookspec
@@ -139,4 +148,16 @@ def po_runtime(name: str, settings: Any) -> Runtime | None:
     """Build the runtime called `name` (the RUNTIME setting) for the service's `settings` (orchestrator.settings.
     Settings; read your own settings from the environment). Called once at start-up; the object implements
     plugin_api.runtime.Runtime. None: not your runtime.
+    """
+
+
+# Pull requests --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def po_codehost(name: str, settings: Any, metrics: Metrics) -> CodeHost | None:
+    """Build the code host called `name` for the service's `settings` (read your own settings from the
+    environment), counting its API calls in `metrics` (plugin_api.codehost.ApiClient does). Called once at
+    start-up; the object subclasses plugin_api.codehost.CodeHost. None: not your host, or it is off (a host is
+    on when its webhook secret is set).
     """

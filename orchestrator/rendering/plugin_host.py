@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -11,7 +11,9 @@ from typing import Any
 
 import pluggy
 
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api import hookspecs
+from orchestrator.plugin_api.codehost import CodeHost, CodeHostSpec
 from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
@@ -46,11 +48,41 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.minio",
     "orchestrator.runtime.compose",
     "orchestrator.runtime.swarm",
+    "orchestrator.codehosts.github",
+    "orchestrator.codehosts.gitea",
 )
 
 
 class PluginError(Exception):
     """Plugins cannot be loaded together; the message names the plugins involved."""
+
+
+class CodeHosts:
+    """The code hosts that are on, by name; what the webhook routes, the flows' reports and git's clone
+    credentials are looked up in."""
+
+    def __init__(self, hosts: Iterable[CodeHost]) -> None:
+        self._hosts = {host.name: host for host in hosts}
+
+    def __iter__(self) -> Iterator[CodeHost]:
+        return iter(self._hosts.values())
+
+    def get(self, name: str) -> CodeHost | None:
+        return self._hosts.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._hosts)
+
+    def clone_authorization(self, clone_url: str) -> str | None:
+        """The first host's credentials for `clone_url` (each gives them only for its own URLs)."""
+        return next((value for host in self for value in [host.clone_authorization(clone_url)] if value), None)
+
+    def secrets(self) -> list[str]:
+        return [value for host in self for value in host.secrets()]
+
+    def close(self) -> None:
+        for host in self:
+            host.close()
 
 
 @dataclass
@@ -59,6 +91,7 @@ class Provided:
     databases: dict[str, DatabaseSpec] = field(default_factory=dict)
     services: dict[str, ServiceSpec] = field(default_factory=dict)
     runtimes: dict[str, RuntimeSpec] = field(default_factory=dict)
+    codehosts: dict[str, CodeHostSpec] = field(default_factory=dict)
     # name -> plugin names providing it, for the listing and for conflicts
     owners: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
@@ -128,6 +161,18 @@ class PluginHost:
             raise PluginError(f"the plugin providing runtime {name!r} did not build one")
         return runtime
 
+    def codehosts(self, settings: Any, metrics: Metrics) -> CodeHosts:
+        """Every code host that is on, each built by the plugin that provides it."""
+        hosts = []
+        for name in self.provided.codehosts:
+            host = self.hook.po_codehost(name=name, settings=settings, metrics=metrics)
+            if host is None:
+                continue  # off: its secret is not set
+            if not isinstance(host, CodeHost) or host.name != name:
+                raise PluginError(f"the plugin providing code host {name!r} did not build one")
+            hosts.append(host)
+        return CodeHosts(hosts)
+
     def describe(self) -> list[dict[str, Any]]:
         """The debug listing: one entry per plugin."""
         dist_of = {id(plugin): dist for plugin, dist in self.manager.list_plugin_distinfo()}
@@ -153,6 +198,7 @@ class PluginHost:
                     "databases": self._owned("database", name),
                     "services": self._owned("service", name),
                     "runtimes": self._owned("runtime", name),
+                    "codehosts": self._owned("codehost", name),
                 }
             )
         return listing
@@ -170,6 +216,7 @@ class PluginHost:
             ("database", "po_databases", DatabaseSpec, provided.databases),
             ("service", "po_services", ServiceSpec, provided.services),
             ("runtime", "po_runtimes", RuntimeSpec, provided.runtimes),
+            ("codehost", "po_codehosts", CodeHostSpec, provided.codehosts),
         ):
             implementations = sorted(getattr(self.hook, hook).get_hookimpls(),
                                      key=lambda impl: order.index(impl.plugin_name))

@@ -1,4 +1,5 @@
-"""Pydantic models at the service's edges: webhook payloads, records, the store file and HTTP bodies."""
+"""Pydantic models at the service's edges: events, records, the store file and HTTP bodies (a code host's
+webhook payloads are its plugin's: orchestrator/codehosts/)."""
 
 from __future__ import annotations
 
@@ -24,70 +25,6 @@ LOCAL_OWNER = "local"
 MAX_PR_NUMBER = 2**31 - 1
 
 
-class _Payload(BaseModel):
-    # Code hosts add fields all the time; only the ones we use are checked.
-    model_config = ConfigDict(extra="ignore")
-
-
-class Owner(_Payload):
-    login: str | None = Field(default=None, max_length=100)
-
-
-class HeadRepo(_Payload):
-    clone_url: str | None = Field(default=None, max_length=2048)
-    name: str | None = Field(default=None, max_length=100)
-    full_name: str | None = Field(default=None, max_length=200)
-    owner: Owner | None = None
-
-
-class Head(_Payload):
-    ref: str | None = Field(default=None, description="Branch name")
-    sha: str | None = Field(default=None, description="Commit SHA")
-    repo: HeadRepo | None = None
-
-    @field_validator("ref")
-    @classmethod
-    def _branch(cls, value: str | None) -> str | None:
-        if value is not None and (problem := branch_problem(value)):
-            raise ValueError(f"branch name {problem}")
-        return value
-
-    @field_validator("sha")
-    @classmethod
-    def _sha(cls, value: str | None) -> str | None:
-        if value is not None and not SHA_PATTERN.match(value):
-            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
-        return value
-
-
-class Base(_Payload):
-    ref: str | None = Field(default=None, max_length=255)
-
-
-class PullRequest(_Payload):
-    number: int = Field(ge=1, le=MAX_PR_NUMBER)
-    head: Head
-    base: Base
-    updated_at: datetime | None = Field(default=None, description="When the pull request last changed")
-
-
-class Repository(_Payload):
-    full_name: str = Field(max_length=200, description="Form owner/repo")
-    name: str = Field(max_length=100)
-    owner: Owner
-    clone_url: str | None = Field(default=None, max_length=2048)
-
-
-class WebhookPayload(_Payload):
-    """The spec's `GitHubWebhookPayload`: the part of a `pull_request` event the service reads."""
-
-    model_config = ConfigDict(extra="ignore", title="GitHubWebhookPayload")
-
-    action: PullRequestAction
-    pull_request: PullRequest
-    repository: Repository
-
-
 class PullRequestEvent(BaseModel):
     """A validated, allowed pull-request event as the inbox keeps it (small: never the raw body)."""
 
@@ -105,6 +42,7 @@ class PullRequestEvent(BaseModel):
     base_ref: str | None = None
     received_at: datetime
     source: PreviewSource = "codehost"
+    codehost: str = CODEHOST  # which code host's pull request (source `codehost`): a code host plugin's name
     # The pull request's `updated_at` as the delivery says: an event older than one already accepted for the pull
     # request is stale (a replay, or a delivery overtaken by a newer one) and is not acted on (events/inbox.py).
     pr_updated_at: datetime | None = None
@@ -117,7 +55,7 @@ class PullRequestEvent(BaseModel):
     @property
     def repository(self) -> str:
         """The repository's identity (common/naming.py): host, owner and name."""
-        return _repository(self.source, self.repo_owner, self.repo_name)
+        return _repository(self.source, self.codehost, self.repo_owner, self.repo_name)
 
     @property
     def subject(self) -> str:
@@ -131,9 +69,9 @@ class PullRequestEvent(BaseModel):
         return (self.head_repo_full_name or "").lower() != base
 
 
-def _repository(source: PreviewSource, owner: str, name: str) -> str:
-    """A preview's repository identity: `local` for `preview-orchestrator up`, else the code host's."""
-    return repository_identity("local" if source == "local" else CODEHOST, owner, name)
+def _repository(source: PreviewSource, codehost: str, owner: str, name: str) -> str:
+    """A preview's repository identity: `local` for `preview-orchestrator up`, else its code host's name."""
+    return repository_identity("local" if source == "local" else codehost, owner, name)
 
 
 def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id: str) -> PullRequestEvent:
@@ -142,7 +80,7 @@ def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id:
         delivery_id=delivery_id, action=action, deployment_id=record.deploymentId,
         project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
         pr_number=record.prNumber, branch=record.branch, commit_sha=record.commitSha,
-        received_at=datetime.now(UTC), source=record.source, clone_url=record.cloneUrl,
+        received_at=datetime.now(UTC), source=record.source, codehost=record.codehost, clone_url=record.cloneUrl,
     )
 
 
@@ -185,6 +123,10 @@ class DeploymentRecord(BaseModel):
     source: PreviewSource = Field(
         default="codehost", description="codehost: a pull request; local: `preview-orchestrator up` on the host"
     )
+    codehost: str = Field(
+        default=CODEHOST, description="The code host of the pull request (source codehost): github, gitea, or a "
+        "code host plugin's name"
+    )
     sleptAt: datetime | None = Field(
         default=None, description="When the preview went to sleep (status sleeping); null while it is awake"
     )
@@ -200,7 +142,7 @@ class DeploymentRecord(BaseModel):
     @property
     def repository(self) -> str:
         """The repository's identity (common/naming.py): host, owner and name."""
-        return _repository(self.source, self.repoOwner, self.repoName)
+        return _repository(self.source, self.codehost, self.repoOwner, self.repoName)
 
     @property
     def subject(self) -> str:
@@ -320,6 +262,8 @@ class PluginInfo(BaseModel):
     frameworks: list[str]
     databases: list[str]
     services: list[str]
+    runtimes: list[str] = Field(default_factory=list)
+    codehosts: list[str] = Field(default_factory=list)
 
 
 class PluginList(BaseModel):

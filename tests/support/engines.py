@@ -13,4 +13,6 @@ from orchestrator.state.store import DeploymentStore
 def engine_for(settings: Settings, plugins: PluginHost | None = None) -> DeployEngine:
     """Built-in plugins only unless `plugins` says otherwise (a test's own runtime, say)."""
     host = plugins or build_plugin_host(load_entry_points=False)
-    return build_engine(settings, plugins=host, metrics=Metrics(), store=DeploymentStore(settings.deployments_db))
+    metrics = Metrics()
+    return build_engine(settings, plugins=host, metrics=metrics, store=DeploymentStore(settings.deployments_db),
+                        codehosts=host.codehosts(settings, metrics))

@@ -1,5 +1,6 @@
-"""A fake of the code host's REST API on 127.0.0.1: records calls, keeps comments and deployments with their
-statuses (GitHub's shapes), fails on demand."""
+"""A fake of a code host's REST API on 127.0.0.1: records calls, keeps comments, deployments with their statuses
+and commit statuses, fails on demand. GitHub's shapes at the root; `FakeCodeHost(prefix="/api/v1")` is Gitea's
+(the same comment endpoints, commit statuses, `/version` and `/user`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class FakeCodeHost:
     calls: list[Call] = field(default_factory=list)
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     deployments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    commit_statuses: list[dict[str, Any]] = field(default_factory=list)  # as posted, oldest first
+    prefix: str = ""  # where the API lives under the server's root (Gitea: /api/v1)
     failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 1000
@@ -38,6 +41,12 @@ class FakeCodeHost:
     def fail_next(self, count: int, status: int, headers: dict[str, str] | None = None) -> None:
         with self.lock:
             self.failures.extend([(status, headers or {})] * count)
+
+    def statuses_of(self, owner: str, repo: str, sha: str) -> list[dict[str, Any]]:
+        """The commit statuses posted for `sha`, oldest first."""
+        with self.lock:
+            return [dict(status) for status in self.commit_statuses
+                    if (status["owner"], status["repo"], status["sha"]) == (owner, repo, sha)]
 
     def comments_on(self, owner: str, repo: str, pr: int) -> list[dict[str, Any]]:
         with self.lock:
@@ -89,6 +98,21 @@ class FakeCodeHost:
                 status, headers = self.failures.pop(0)
                 return status, {"message": "injected failure"}, headers
             path = path.split("?", 1)[0]
+            if self.prefix:
+                if not path.startswith(f"{self.prefix}/"):
+                    return 404, {"message": "Not Found"}, {}
+                path = path.removeprefix(self.prefix)
+                if method == "GET" and path == "/version":
+                    return 200, {"version": "1.24.0"}, {}
+                if method == "GET" and path == "/user":
+                    return 200, {"login": "preview-bot"}, {}
+            commit = re.fullmatch(r"/repos/([^/]+)/([^/]+)/statuses/([0-9a-f]{40,64})", path)
+            if method == "POST" and commit and self.prefix:
+                if body.get("state") not in {"pending", "success", "error", "failure", "warning"}:
+                    return 422, {"message": "Validation Failed"}, {}
+                self.commit_statuses.append({"owner": commit[1], "repo": commit[2], "sha": commit[3], **body})
+                self.next_id += 1
+                return 201, {"id": self.next_id, "status": body["state"]}, {}
             if method == "GET" and path == "/rate_limit":
                 return 200, {"resources": {"core": {"limit": 5000, "remaining": 4999, "reset": 0}}}, {}
             created = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments", path)

@@ -71,6 +71,10 @@ class RecordingHandler:
             "action": event.action,
             "deploymentId": event.deployment_id,
             "sha": event.commit_sha or "",
+            "codehost": event.codehost,
+            "repository": event.repository,
+            "branch": event.branch or "",
+            "clone": event.clone_url or "",
         }
         with self._lock, self.journal.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
@@ -101,6 +105,8 @@ def _apply(data: StoreFile, event: PullRequestEvent) -> None:
         updatedAt=now,
         url=f"http://localhost/{event.project_slug}/pr-{event.pr_number}/",
         commentId=None,
+        source=event.source,
+        codehost=event.codehost,
     )
     data.portAllocations[event.deployment_id] = PortAllocation(
         exposedAppPort=8000 + event.pr_number, exposedDbPort=9000 + event.pr_number

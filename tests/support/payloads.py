@@ -65,3 +65,54 @@ def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, 
             repo.update(full_name=repository, name=name)
             repo["owner"]["login"] = owner
     return json.dumps(data).encode()
+
+
+# Gitea and Forgejo ------------------------------------------------------------------------------------
+
+GITEA_REPO = "gitea/webhooks"  # the fixture's repository
+GITEA_SECRET = "gitea-webhook-secret-9d2e"
+
+
+def gitea_payload(action: str = "opened", number: int = 2, sha: str | None = None, clone_url: str | None = None,
+                  ref: str | None = None, merged: bool = False, title: str | None = None,
+                  labels: list[str] | None = None, title_before: str | None = None, draft: bool | None = None) -> bytes:
+    """The Gitea `pull_request` fixture as Gitea sends `action` (opened, reopened, synchronized, closed, edited,
+    label_updated, ...), with the pull request's number, head and now as its `updated_at`."""
+    data = fixture("gitea/pull_request.opened")
+    pr = data["pull_request"]
+    data["action"] = action
+    data["number"] = pr["number"] = number
+    pr["updated_at"] = datetime.now(UTC).isoformat(timespec="microseconds")
+    if action == "closed":
+        pr["state"], pr["merged"] = "closed", merged
+    if sha:
+        pr["head"]["sha"] = sha
+    if ref:
+        pr["head"]["ref"] = pr["head"]["label"] = ref
+    if clone_url is not None:
+        pr["head"]["repo"]["clone_url"] = data["repository"]["clone_url"] = clone_url
+    if title is not None:
+        pr["title"] = title
+    if draft is not None:
+        pr["draft"] = draft
+    if labels is not None:
+        pr["labels"] = [{"id": index + 1, "name": name} for index, name in enumerate(labels)]
+    if title_before is not None:
+        data["changes"] = {"title": {"from": title_before}}
+    return json.dumps(data, indent=2).encode()
+
+
+def gitea_headers(body: bytes, secret: str = GITEA_SECRET, forgejo: bool = False, event_type: str = "pull_request",
+                  delivery: str | None = None) -> dict[str, str]:
+    """The headers Gitea sends (services/webhook/deliver.go), Forgejo's too with `forgejo`: every kind of
+    pull-request delivery has the event `pull_request`; the event type says which (pull_request_sync, ...)."""
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    delivery = delivery or str(uuid.uuid4())
+    headers = {"Content-Type": "application/json", "X-Gitea-Event": "pull_request", "X-Gitea-Event-Type": event_type,
+               "X-Gitea-Delivery": delivery, "X-Gitea-Signature": digest, "X-Gogs-Event": "pull_request",
+               "X-Gogs-Delivery": delivery, "X-Gogs-Signature": digest, "X-GitHub-Event": "pull_request",
+               "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": f"sha256={digest}"}
+    if forgejo:
+        headers.update({"X-Forgejo-Event": "pull_request", "X-Forgejo-Event-Type": event_type,
+                        "X-Forgejo-Delivery": delivery, "X-Forgejo-Signature": digest})
+    return headers

@@ -78,8 +78,8 @@ class Stack:
         wait_until(lambda: self.page(pr, path).text == text, timeout=15, message=f"page {path!r} = {text!r}")
         self.nginx.wait_settled()
 
-    def page(self, pr: int, path: str = "") -> httpx.Response:
-        return httpx.get(f"{self.nginx.url}/{SLUG}/pr-{pr}/{path}", timeout=10)
+    def page(self, pr: int, path: str = "", slug: str = SLUG) -> httpx.Response:
+        return httpx.get(f"{self.nginx.url}/{slug}/pr-{pr}/{path}", timeout=10)
 
     def logs(self, pr: int) -> str:
         """The deployment log, as the service serves it."""
@@ -209,16 +209,16 @@ def labelled_resources(deployment_id: str) -> list[str]:
     return found
 
 
-def assert_fully_removed(stack: Stack, pr: int) -> None:
-    deployment = f"{SLUG}-{pr}"
+def assert_fully_removed(stack: Stack, pr: int, slug: str = SLUG) -> None:
+    deployment = f"{slug}-{pr}"
     assert labelled_resources(deployment) == []
     assert built_images(deployment) == [], f"images built for {deployment} left behind"
-    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}").exists()
-    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.git").exists()
-    assert not (stack.root / "deployments" / SLUG / f"pr-{pr}.log").exists()
-    assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
-    assert not (stack.root / "proxy" / "servers" / f"{SLUG}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host
-    assert not (stack.root / "proxy" / "activity" / f"{SLUG}-pr-{pr}.log").exists()  # PREVIEW_IDLE_MINUTES
+    assert not (stack.root / "deployments" / slug / f"pr-{pr}").exists()
+    assert not (stack.root / "deployments" / slug / f"pr-{pr}.git").exists()
+    assert not (stack.root / "deployments" / slug / f"pr-{pr}.log").exists()
+    assert not (stack.root / "proxy" / f"{slug}-pr-{pr}.conf").exists()
+    assert not (stack.root / "proxy" / "servers" / f"{slug}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host
+    assert not (stack.root / "proxy" / "activity" / f"{slug}-pr-{pr}.log").exists()  # PREVIEW_IDLE_MINUTES
     store = stack.store()
     assert deployment not in store["deployments"] and deployment not in store["portAllocations"]
-    wait_until(lambda: stack.page(pr).status_code == 404, timeout=10, message="route gone")
+    wait_until(lambda: stack.page(pr, slug=slug).status_code == 404, timeout=10, message="route gone")

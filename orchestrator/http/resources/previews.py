@@ -11,10 +11,10 @@ from falcon.asgi import Request, Response
 from pydantic import ValidationError
 
 from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.problems import describe_problems
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.local_previews import local_event
-from orchestrator.events.webhook import describe_problems
 from orchestrator.http.resources.deployment_logs import DeploymentLogResource
 from orchestrator.settings import Settings
 from orchestrator.state.records import (

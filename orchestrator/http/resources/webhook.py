@@ -1,4 +1,5 @@
-"""POST /webhook/codehost: verify, validate, record durably, answer; the dispatcher does the rest."""
+"""POST /webhook/{codehost} (and GitHub's at the spec's /webhook/codehost): the host's plugin verifies and
+parses, then validate, record durably, answer; the dispatcher does the rest."""
 
 from __future__ import annotations
 
@@ -11,55 +12,54 @@ from falcon.asgi import Request, Response
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.gating import Gate
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
-from orchestrator.events.webhook import (
-    MAX_BODY_BYTES,
-    Ignored,
-    WebhookRejected,
-    parse_delivery,
-    verify_signature,
-)
+from orchestrator.events.webhook import MAX_BODY_BYTES, parse_delivery
 from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, WebhookRejected
 from orchestrator.settings import Settings
 from orchestrator.state.records import PullRequestEvent, StatusOk, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.events.webhook")
 OK = StatusOk().model_dump()
-KNOWN_EVENTS = frozenset({"pull_request", "ping", "push", "issue_comment", "pull_request_review"})
+KNOWN_EVENTS = frozenset({"pull_request", "pull_request_sync", "ping", "push", "issue_comment", "pull_request_review",
+                          "Merge Request Hook", "Push Hook", "Note Hook"})
 OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 409: "conflict", 413: "too_large",
             415: "unsupported_media", 500: "error"}
 
 
 class WebhookResource:
-    def __init__(self, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics,
+    def __init__(self, host: CodeHost, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics,
                  store: DeploymentStore) -> None:
+        self._host = host
         self._metrics = metrics
         self._store = store
-        self._secret = settings.codehost_webhook_secret.get_secret_value().encode()
-        self._allowed = settings.allowed_repos_folded
+        self._allowed = settings.allowed_for(host.name)
         self._gate = Gate(settings.preview_drafts, settings.preview_draft_converted == "keep", settings.preview_label)
         self._sync = settings.webhook_processing == "sync"
         self._inbox = inbox
         self._dispatcher = dispatcher
 
     async def on_post(self, req: Request, resp: Response) -> None:
-        event_type = req.get_header("X-GitHub-Event")
+        event_type = req.get_header(self._host.event_header) if self._host.event_header else None
         # Only known event names become label values: the header is the sender's and labels must stay few.
         event_label = event_type if event_type in KNOWN_EVENTS else "other"
         try:
-            await self._receive(req, resp, event_type)
+            await self._receive(req, resp)
         except falcon.HTTPError as error:
             self._metrics.webhooks.labels(event_label, OUTCOMES.get(error.status_code, "error")).inc()
             raise
         self._metrics.webhooks.labels(event_label, resp.context.get("outcome", "accepted")).inc()
 
-    async def _receive(self, req: Request, resp: Response, event_type: str | None) -> None:
+    async def _receive(self, req: Request, resp: Response) -> None:
         body = await _read_body(req)
+        delivery = Delivery({name.lower(): value for name, value in req.headers.items()}, body)
         try:
-            verify_signature(self._secret, body, req.get_header("X-Hub-Signature-256"))
+            foreign = self._host.claims(delivery)
+            if foreign:
+                raise WebhookRejected(400, f"Not a {self._host.name} delivery: {foreign}")
+            self._host.verify(delivery)
             _check_content_type(req)
-            parsed = parse_delivery(body, event_type, req.get_header("X-GitHub-Delivery"), self._allowed,
-                                    self._gate)
+            parsed = parse_delivery(self._host, delivery, self._allowed, self._gate)
         except WebhookRejected as rejected:
             log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
             status = falcon.code_to_http_status(rejected.status)

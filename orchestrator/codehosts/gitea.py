@@ -1,0 +1,210 @@
+"""The `gitea` code host: Gitea and Forgejo (docs/codehosts.md).
+
+On when GITEA_WEBHOOK_SECRET is set. Deliveries come to `POST /webhook/gitea`, the event in `X-Gitea-Event`
+(Forgejo: `X-Forgejo-Event`, beside Gitea's), signed in `X-Gitea-Signature` / `X-Forgejo-Signature`: the hex
+HMAC-SHA256 of the raw body, without a prefix. Every pull-request delivery has the event `pull_request`; its
+`action` says what happened: `opened`, `reopened`, `synchronized` (new commits), `closed` (merged or not),
+`edited` (a title that gained or lost its WIP prefix is a draft change), `label_updated`/`label_cleared`.
+
+The API is GITEA_URL/api/v1 with GITEA_TOKEN (`Authorization: token …`): the pull request's one comment through
+the issue-comments API, created then edited, and a commit status (context `preview-orchestrator`) on the head
+commit: pending while it builds, success with the preview's URL, failure; on close the link is taken away.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.common.problems import describe_problems
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHostSpec,
+    Delivery,
+    Ignored,
+    PullRequestChange,
+    WebhookRejected,
+    find_issue_comment,
+    json_object,
+    signature_matches,
+    upsert_issue_comment,
+)
+
+NAME = "gitea"
+CONTEXT = "preview-orchestrator"
+# Gitea's default WORK_IN_PROGRESS_PREFIXES, compared ignoring case; Gitea 1.22+ also sends `draft`.
+WIP_PREFIXES = ("wip:", "[wip]")
+# The service's states as commit statuses (pending, success, error, failure, warning). `inactive` (the preview
+# is gone): success without a link, so the commit keeps its check and loses the dead URL.
+COMMIT_STATES = {"in_progress": "pending", "success": "success", "failure": "failure", "inactive": "success"}
+ACTIONS = {"opened": "opened", "reopened": "reopened", "synchronized": "synchronize", "closed": "closed",
+           "label_updated": "labels_changed", "label_cleared": "labels_changed"}
+
+
+@hookimpl(trylast=True)
+def po_codehosts() -> list[CodeHostSpec]:
+    return [CodeHostSpec(name=NAME, description="Gitea and Forgejo (GITEA_URL, GITEA_TOKEN, GITEA_WEBHOOK_SECRET)")]
+
+
+@hookimpl(trylast=True)
+def po_codehost(name: str, settings: Any, metrics: Metrics) -> Gitea | None:
+    secret = settings.gitea_webhook_secret.get_secret_value()
+    if name != NAME or not secret:
+        return None
+    token = settings.gitea_token.get_secret_value()
+    headers = {"Accept": "application/json", **({"Authorization": f"token {token}"} if token else {})}
+    api = ApiClient(f"{settings.gitea_url}/api/v1", headers, retry_base=settings.codehost_retry_base_seconds,
+                    metrics=metrics)
+    return Gitea(api, settings.gitea_url, token, secret)
+
+
+# The part of a delivery the service reads, bounded ------------------------------------------------------
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Repo(_Payload):
+    full_name: str = Field(max_length=200)
+    clone_url: str | None = Field(default=None, max_length=2048)
+
+
+class _Branch(_Payload):
+    ref: str | None = Field(default=None, max_length=255)
+    sha: str | None = Field(default=None, max_length=64)
+    repo: _Repo | None = None
+
+
+class _Label(_Payload):
+    name: str = Field(default="", max_length=100)
+
+
+class _PullRequest(_Payload):
+    number: int = Field(ge=1)
+    title: str = Field(default="", max_length=1000)
+    draft: bool = False
+    labels: list[_Label] | None = Field(default=None, max_length=200)
+    head: _Branch
+    base: _Branch
+    updated_at: datetime | None = None
+
+
+class _Title(_Payload):
+    # `changes.title.from` of an `edited` delivery
+    from_: str = Field(default="", alias="from", max_length=1000)
+
+
+class _Changes(_Payload):
+    title: _Title | None = None
+
+
+class _Delivery(_Payload):
+    action: str = Field(max_length=40)
+    pull_request: _PullRequest
+    repository: _Repo
+    changes: _Changes | None = None
+
+
+def _wip(title: str) -> bool:
+    return title.strip().lower().startswith(WIP_PREFIXES)
+
+
+class Gitea(ApiCodeHost):
+    name = NAME
+    event_header = "X-Gitea-Event"
+    delivery_header = "X-Gitea-Delivery"
+
+    # Deliveries -----------------------------------------------------------------------------------------
+
+    def event_name(self, delivery: Delivery) -> str | None:
+        return delivery.header("X-Forgejo-Event") or delivery.header("X-Gitea-Event")
+
+    def delivery_id(self, delivery: Delivery) -> str | None:
+        return delivery.header("X-Forgejo-Delivery") or delivery.header("X-Gitea-Delivery")
+
+    def verify(self, delivery: Delivery) -> None:
+        given = [delivery.header(name) for name in ("X-Forgejo-Signature", "X-Gitea-Signature")]
+        if not any(signature_matches(self.secret, delivery.body, value) for value in given if value):
+            raise WebhookRejected(401, "Invalid signature")
+
+    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+        event = self.event_name(delivery)
+        if event != "pull_request":
+            return Ignored(f"event {(event or '(none)')[:40]} is not handled")
+        document = json_object(delivery.body)
+        try:
+            payload = _Delivery.model_validate(document)
+        except ValidationError as exc:
+            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        pr = payload.pull_request
+        draft = pr.draft or _wip(pr.title)
+        action = ACTIONS.get(payload.action)
+        if payload.action == "edited":
+            before = payload.changes.title.from_ if payload.changes and payload.changes.title else None
+            was_draft = _wip(before) if before is not None else draft
+            action = ("ready_for_review" if was_draft and not draft
+                      else "converted_to_draft" if draft and not was_draft else None)
+        if action is None:
+            return Ignored(f"pull_request action {payload.action!r} is not handled")
+        owner, _, name = payload.repository.full_name.partition("/")
+        head_repo = pr.head.repo
+        return PullRequestChange(
+            action=action, owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
+            clone_url=(head_repo.clone_url if head_repo else None) or payload.repository.clone_url,
+            head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
+            updated_at=pr.updated_at, draft=draft,
+            labels=frozenset(label.name.lower() for label in pr.labels or []))
+
+    # The API --------------------------------------------------------------------------------------------
+
+    def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
+        return upsert_issue_comment(self.api, owner, repo, number, comment_id, body)
+
+    def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
+        """Gitea lists every comment of the pull request at once."""
+        return find_issue_comment(self.api, owner, repo, number, marker)
+
+    def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
+                   description: str, url: str | None = None) -> None:
+        if not sha:
+            return
+        body: dict[str, Any] = {"state": COMMIT_STATES[state], "context": CONTEXT, "description": description[:140]}
+        if url and state == "success":
+            body["target_url"] = url
+        self.api.check(self.api.request("commit_status", "POST", f"/repos/{owner}/{repo}/statuses/{sha}",
+                                        json=body))
+
+    def clone_authorization(self, clone_url: str) -> str | None:
+        """Only for clone URLs of GITEA_URL itself (scheme, host and port)."""
+        clone, own = urlsplit(clone_url), urlsplit(self.url)
+        if not clone.hostname or clone.scheme not in ("http", "https"):
+            return None
+        ours = (own.scheme, (own.hostname or "").lower(), own.port)
+        return self.token_authorization() if (clone.scheme, clone.hostname.lower(), clone.port) == ours else None
+
+    def checks(self) -> list[Check]:
+        name = f"Gitea API reachable ({self.url}, GITEA_URL)"
+        try:
+            response = self.api.once("version", "GET", "/version")
+        except httpx.HTTPError as exc:
+            return [Check(name, False, type(exc).__name__, "check the network, or GITEA_URL")]
+        if response.status_code != 200:
+            return [Check(name, False, f"HTTP {response.status_code}",
+                          "check GITEA_URL (the server's address, without /api/v1)")]
+        version = str(response.json().get("version", "?"))[:40]
+        if not self.token:
+            return [Check(name, False, f"version {version}; no GITEA_TOKEN: comments cannot be posted",
+                          "set GITEA_TOKEN (a token with write:issue and write:repository)")]
+        user = self.api.once("user", "GET", "/user")
+        if user.status_code != 200:
+            return [Check(name, False, f"version {version}; the token was refused ({user.status_code})",
+                          "set a valid GITEA_TOKEN")]
+        return [Check(name, True, f"version {version}; token of {str(user.json().get('login', '?'))[:100]}")]

@@ -1,0 +1,145 @@
+"""The `github` code host: GitHub and GitHub Enterprise Server.
+
+Deliveries come to the spec's `POST /webhook/codehost` (and `POST /webhook/github`), signed in
+`X-Hub-Signature-256` (`sha256=` + hex HMAC-SHA256 of the body under CODEHOST_WEBHOOK_SECRET). The API is
+CODEHOST_API_URL with CODEHOST_TOKEN: one comment per pull request (created, then edited) and a deployment per
+head commit with statuses (the pull request's "View deployment" button). Gitea and Forgejo send GitHub's headers
+too; a delivery that also carries theirs is not GitHub's and is refused here (it belongs at /webhook/gitea).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from orchestrator.codehosts.github_payload import parse_pull_request
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHostSpec,
+    Delivery,
+    Ignored,
+    PullRequestChange,
+    WebhookRejected,
+    find_issue_comment,
+    signature_matches,
+    upsert_issue_comment,
+)
+
+NAME = "github"
+# Headers only Gitea, Forgejo and Gogs send (beside GitHub's): such a delivery is theirs.
+FOREIGN_HEADERS = ("x-gitea-event", "x-forgejo-event", "x-gogs-event")
+# GitHub's deployment states for the service's (plugin_api.codehost.STATES).
+DEPLOYMENT_STATES = {"in_progress": "in_progress", "success": "success", "failure": "failure",
+                     "inactive": "inactive"}
+
+
+@hookimpl(trylast=True)
+def po_codehosts() -> list[CodeHostSpec]:
+    return [CodeHostSpec(name=NAME, description="GitHub and GitHub Enterprise Server (CODEHOST_*)")]
+
+
+@hookimpl(trylast=True)
+def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitHub | None:
+    """Always on: CODEHOST_WEBHOOK_SECRET is required (the spec)."""
+    if name != NAME:
+        return None
+    token = settings.codehost_token.get_secret_value()
+    api = api_client(settings.codehost_api_url, token, retry_base=settings.codehost_retry_base_seconds,
+                     metrics=metrics)
+    return GitHub(api, settings.codehost_api_url, token, settings.codehost_webhook_secret.get_secret_value())
+
+
+def api_client(api_url: str, token: str, **options: Any) -> ApiClient:
+    """GitHub's REST API at `api_url` (`ApiClient`'s options: retry_base, sleep, transport, metrics)."""
+    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return ApiClient(api_url, headers, **options)
+
+
+class GitHub(ApiCodeHost):
+    name = NAME
+    event_header = "X-GitHub-Event"
+    delivery_header = "X-GitHub-Delivery"
+    aliases = ("codehost",)  # the spec's path
+
+    # Deliveries -----------------------------------------------------------------------------------------
+
+    def claims(self, delivery: Delivery) -> str | None:
+        foreign = next((name for name in FOREIGN_HEADERS if delivery.header(name) is not None), None)
+        return f"a delivery with {foreign}: not GitHub's (send it to /webhook/gitea)" if foreign else None
+
+    def verify(self, delivery: Delivery) -> None:
+        if not signature_matches(self.secret, delivery.body, delivery.header("X-Hub-Signature-256"), "sha256="):
+            raise WebhookRejected(401, "Invalid signature")
+
+    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+        return parse_pull_request(delivery.body, delivery.header(self.event_header))
+
+    # The API --------------------------------------------------------------------------------------------
+
+    def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
+        return upsert_issue_comment(self.api, owner, repo, number, comment_id, body)
+
+    def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
+        """Among the first 100 comments."""
+        return find_issue_comment(self.api, owner, repo, number, marker, {"per_page": 100})
+
+    def start_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int | None:
+        """No merge of the base branch and no required status checks: the preview deploys exactly the pushed
+        commit."""
+        response = self.api.request("deployment", "POST", f"/repos/{owner}/{repo}/deployments", json={
+            "ref": sha, "environment": environment, "description": description[:140], "auto_merge": False,
+            "required_contexts": [], "production_environment": False, "transient_environment": True,
+        })
+        return int(self.api.check(response).json()["id"])
+
+    def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
+                   description: str, url: str | None = None) -> None:
+        if deployment is None:
+            return  # GitHub reports on the deployment start_deployment made
+        body: dict[str, Any] = {"state": DEPLOYMENT_STATES[state], "description": description[:140]}
+        if url:
+            body["environment_url"] = url
+        self.api.check(self.api.request("deployment_status", "POST",
+                                        f"/repos/{owner}/{repo}/deployments/{deployment}/statuses", json=body))
+
+    def clone_authorization(self, clone_url: str) -> str | None:
+        return self.token_authorization() if token_applies(clone_url, self.url) else None
+
+    def checks(self) -> list[Check]:
+        name = f"code host API reachable ({self.url})"
+        try:
+            response = self.api.once("rate_limit", "GET", "/rate_limit")
+        except httpx.HTTPError as exc:
+            return [Check(name, False, type(exc).__name__, "check the network, or CODEHOST_API_URL")]
+        if response.status_code == 401:
+            return [Check(name, False, "the token was refused (401)", "set a valid CODEHOST_TOKEN")]
+        if response.status_code != 200:
+            return [Check(name, False, f"HTTP {response.status_code}", "check CODEHOST_API_URL")]
+        try:
+            core = response.json()["resources"]["core"]
+            detail = f"{core['remaining']}/{core['limit']} requests left this hour"
+        except (ValueError, KeyError, TypeError):
+            detail = "answered"
+        if not self.token:
+            detail += "; no CODEHOST_TOKEN: comments cannot be posted"
+        return [Check(name, bool(self.token), detail, "set CODEHOST_TOKEN (pull-request comments need it)")]
+
+
+def token_applies(clone_url: str, api_url: str) -> bool:
+    """Send the token only to the code host itself (github.com for api.github.com; the same host for GHE, whose
+    API is under /api/v3), over the API's own scheme and port."""
+    clone, api = urlsplit(clone_url), urlsplit(api_url)
+    if clone.scheme not in ("https", "http") or clone.scheme != api.scheme or not clone.hostname or not api.hostname:
+        return False
+    if clone.port != api.port:
+        return False
+    api_host = api.hostname.lower()
+    web_host = api_host.removeprefix("api.")
+    return clone.hostname.lower() in (api_host, web_host)

@@ -1,0 +1,129 @@
+"""GitHub's `pull_request` delivery: the spec's `GitHubWebhookPayload` (the part the service reads, checked with
+pydantic) and what it says as a PullRequestChange. The event comes from `X-GitHub-Event`, or from the body's shape
+when a delivery is sent without it (the spec requires only the content type and the signature)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.common.naming import SHA_PATTERN, branch_problem
+from orchestrator.common.problems import describe_problems
+from orchestrator.plugin_api.codehost import ACTIONS, Ignored, PullRequestChange, WebhookRejected, json_object
+from orchestrator.state.records import HANDLED_ACTIONS, MAX_PR_NUMBER, PullRequestAction
+
+
+class _Payload(BaseModel):
+    # Code hosts add fields all the time; only the ones we use are checked.
+    model_config = ConfigDict(extra="ignore")
+
+
+class Owner(_Payload):
+    login: str | None = Field(default=None, max_length=100)
+
+
+class HeadRepo(_Payload):
+    clone_url: str | None = Field(default=None, max_length=2048)
+    name: str | None = Field(default=None, max_length=100)
+    full_name: str | None = Field(default=None, max_length=200)
+    owner: Owner | None = None
+
+
+class Head(_Payload):
+    ref: str | None = Field(default=None, description="Branch name")
+    sha: str | None = Field(default=None, description="Commit SHA")
+    repo: HeadRepo | None = None
+
+    @field_validator("ref")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (problem := branch_problem(value)):
+            raise ValueError(f"branch name {problem}")
+        return value
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA_PATTERN.match(value):
+            raise ValueError("must be a 40 or 64 character lowercase hex commit SHA")
+        return value
+
+
+class Base(_Payload):
+    ref: str | None = Field(default=None, max_length=255)
+
+
+class PullRequest(_Payload):
+    number: int = Field(ge=1, le=MAX_PR_NUMBER)
+    head: Head
+    base: Base
+    updated_at: datetime | None = Field(default=None, description="When the pull request last changed")
+
+
+class Repository(_Payload):
+    full_name: str = Field(max_length=200, description="Form owner/repo")
+    name: str = Field(max_length=100)
+    owner: Owner
+    clone_url: str | None = Field(default=None, max_length=2048)
+
+
+class WebhookPayload(_Payload):
+    """The spec's `GitHubWebhookPayload`: the part of a `pull_request` event the service reads."""
+
+    model_config = ConfigDict(extra="ignore", title="GitHubWebhookPayload")
+
+    action: PullRequestAction
+    pull_request: PullRequest
+    repository: Repository
+
+
+def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange | Ignored:
+    """A verified delivery's body: its pull-request change, or why it is ignored; WebhookRejected(400) for a
+    body that is not what GitHub sends."""
+    document = json_object(body)
+    event_type = event_type or _event_of(document)
+    if event_type == "ping":
+        return Ignored("ping")
+    if event_type != "pull_request":
+        return Ignored(f"event {event_type or '(none)'} is not handled")
+    action = document.get("action")
+    if not isinstance(action, str):
+        raise WebhookRejected(400, "Invalid payload: action is required and must be a string")
+    if action not in ACTIONS:
+        return Ignored(f"pull_request action {action[:40]!r} is not handled")
+    try:
+        # The gated actions (labeled, ready_for_review, ...) are checked as the deploy they may become.
+        checked_as = action if action in HANDLED_ACTIONS else "opened"
+        payload = WebhookPayload.model_validate({**document, "action": checked_as})
+    except ValidationError as exc:
+        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+    pr, repository = payload.pull_request, payload.repository
+    owner, _, name = repository.full_name.partition("/")
+    head_repo = pr.head.repo
+    return PullRequestChange(
+        action=action, owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
+        clone_url=(head_repo.clone_url if head_repo else None) or repository.clone_url,
+        head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
+        updated_at=pr.updated_at, **gating_facts(document))
+
+
+def gating_facts(document: dict[str, Any]) -> dict[str, Any]:
+    """What the gating reads (PREVIEW_DRAFTS, PREVIEW_LABEL), leniently: a shape GitHub does not send counts as
+    absent (not a draft, no label) rather than refusing the delivery."""
+    pr = document.get("pull_request") if isinstance(document.get("pull_request"), dict) else {}
+    labels = pr.get("labels") if isinstance(pr.get("labels"), list) else []
+    names = frozenset(str(item.get("name", ""))[:100].lower() for item in labels[:100] if isinstance(item, dict))
+    label = document.get("label")
+    changed = label.get("name") if isinstance(label, dict) and isinstance(label.get("name"), str) else None
+    return {"draft": pr.get("draft") is True, "labels": names, "changed_label": changed}
+
+
+def _event_of(document: dict[str, Any]) -> str | None:
+    """The event of a signed delivery sent without X-GitHub-Event: what the body's shape says it is."""
+    if isinstance(document.get("pull_request"), dict) and "action" in document:
+        return "pull_request"
+    if "zen" in document and "hook_id" in document:
+        return "ping"
+    return None

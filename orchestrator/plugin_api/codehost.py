@@ -1,0 +1,324 @@
+"""Where pull requests come from: the interface a code-host plugin implements.
+
+A code host is two things to the service: webhook deliveries it must trust and understand, and an API it must
+answer through. A plugin subclasses `CodeHost` and provides it with the `po_codehosts` and `po_codehost` hooks
+(built in: `github`, `gitea`; orchestrator/codehosts/). The service gives every host that is on its own webhook
+path, `POST /webhook/{name}`, and for each delivery there:
+
+1. `claims(delivery)`: a reason the delivery is not this host's (another host's headers), or None;
+2. `verify(delivery)`: raise `WebhookRejected(401, "Invalid signature")` unless it is signed with the host's
+   secret (compare in constant time: `signature_matches`);
+3. `parse(delivery)`: the pull-request change it reports, in the service's words (`PullRequestChange`), or
+   `Ignored(reason)` for anything else (a ping, another event, an action that changes nothing).
+   `WebhookRejected(400, ...)` for a body that is not what the host sends.
+
+The service then does the rest, the same for every host: the allow-list (`ALLOWED_REPOS`, entries
+`{name}:owner/repo`; GitHub's without a prefix), draft and label gating, names and the inbox. Deliveries are
+untrusted input until `verify` passed, and the payload's fields after it: bound what you read (`max_length`).
+
+The API side is what a flow tells the pull request: its one comment (`upsert_comment`, `find_marked_comment`)
+and a status of the deployed commit (`start_deployment`, `set_status`). A method that fails raises
+`CodeHostError`; the flows log it and go on (the code host being down never fails a preview). `ApiClient` is an
+HTTP client with the retries every host needs (5xx, 429, Retry-After). `clone_authorization` gives git the
+credentials for a clone URL of this host; `checks` are its lines of `doctor`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.checks import Check
+
+log = logging.getLogger("orchestrator.codehost")
+
+# The actions a change may carry (GitHub's names): the first four are acted on as they are; the others go
+# through the service's gating (PREVIEW_DRAFTS, PREVIEW_LABEL) and become a deploy, a cleanup or nothing.
+# `labels_changed`: the labels changed and the host does not say which (Gitea): the current ones decide.
+ACTIONS = frozenset({"opened", "reopened", "synchronize", "closed", "ready_for_review", "converted_to_draft",
+                     "labeled", "unlabeled", "labels_changed"})
+# What `set_status` is told: a deploy started, succeeded, failed, or its preview is gone (or superseded).
+STATES = frozenset({"in_progress", "success", "failure", "inactive"})
+MAX_RETRIES = 3
+MAX_WAIT_SECONDS = 60.0
+
+
+class CodeHostSpec(BaseModel):
+    """A code host a plugin provides (`po_codehosts`): `name` is its webhook path (`/webhook/{name}`) and the
+    prefix of its ALLOWED_REPOS entries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    description: str = ""
+
+
+class WebhookRejected(Exception):
+    """A delivery answered with `status` (400, 401, 403, ...) and `message`, and not recorded."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class CodeHostError(Exception):
+    """An API call that failed (after its retries)."""
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A delivery acknowledged with 200 and otherwise ignored (a ping, other events, other actions)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook delivery as received: header names lower case, the raw body."""
+
+    headers: Mapping[str, str]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True)
+class PullRequestChange:
+    """What a pull-request delivery says, in the service's words. `owner`/`name` is the repository the pull
+    request is *to* (its base); `head_repository` and `clone_url` are those of the branch (a fork's, for a fork);
+    `head_repository` None: the head repository is gone. The service checks names, branch and commit."""
+
+    action: str  # one of ACTIONS
+    owner: str
+    name: str
+    number: int
+    head_ref: str | None
+    head_sha: str | None
+    clone_url: str | None
+    head_repository: str | None
+    base_ref: str | None
+    updated_at: datetime | None = None  # the pull request's last change: older events are not acted on
+    draft: bool = False
+    labels: frozenset[str] = field(default_factory=frozenset)  # lower case
+    changed_label: str | None = None  # `labeled`/`unlabeled`: the label
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or WebhookRejected(400) naming what is wrong."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WebhookRejected(400, "Invalid payload: body is not UTF-8") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise WebhookRejected(400, f"Invalid payload: body is not JSON ({exc.args[0][:80]})") from None
+    except RecursionError:
+        # The C decoder guards its own recursion; nesting that deep is never a real payload.
+        raise WebhookRejected(400, "Invalid payload: JSON is nested too deeply") from None
+    if not isinstance(document, dict):
+        raise WebhookRejected(400, "Invalid payload: body must be a JSON object")
+    return document
+
+
+def signature_matches(secret: bytes, body: bytes, given: str | None, prefix: str = "") -> bool:
+    """Whether `given` is `prefix` + the hex HMAC-SHA256 of `body` under `secret`, compared in constant time."""
+    if not given or not secret:
+        return False
+    expected = prefix + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode(), given.strip().encode("ascii", "replace"))
+
+
+class CodeHost:
+    """The base of a code host plugin: the optional methods' defaults. Subclass it, set the class attributes,
+    implement `verify`, `parse`, `upsert_comment` and `find_marked_comment`."""
+
+    name: ClassVar[str] = ""  # the CodeHostSpec's name
+    event_header: ClassVar[str] = ""  # the header naming the event (its value labels the webhook metrics)
+    delivery_header: ClassVar[str] = ""  # the header with the delivery's unique id (redeliveries keep it)
+    aliases: ClassVar[tuple[str, ...]] = ()  # more webhook paths than /webhook/{name}
+
+    def claims(self, delivery: Delivery) -> str | None:
+        """Why this delivery is not this host's (it carries another host's headers), or None."""
+        return None
+
+    def verify(self, delivery: Delivery) -> None:
+        raise NotImplementedError
+
+    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+        raise NotImplementedError
+
+    def event_name(self, delivery: Delivery) -> str | None:
+        return delivery.header(self.event_header) if self.event_header else None
+
+    def delivery_id(self, delivery: Delivery) -> str | None:
+        return delivery.header(self.delivery_header) if self.delivery_header else None
+
+    # The API --------------------------------------------------------------------------------------------
+
+    def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
+        """Edit comment `comment_id` (or create one when it is None or was deleted); returns its id."""
+        raise NotImplementedError
+
+    def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
+        """The newest comment on the pull request whose body contains `marker` (the service's own), or None."""
+        raise NotImplementedError
+
+    def start_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int | None:
+        """A deployment of `sha` to `environment` where the host has them (GitHub's "View deployment" button);
+        None where it reports by commit status alone."""
+        return None
+
+    def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
+                   description: str, url: str | None = None) -> None:
+        """Report `state` (STATES) of the preview of `sha`, or of `deployment` where `start_deployment` made
+        one; `url`: the preview's, with `success`."""
+
+    def clone_authorization(self, clone_url: str) -> str | None:
+        """The `Authorization` header git sends when cloning `clone_url`, when it is this host's and there is a
+        token; None otherwise (never send a token to another host)."""
+        return None
+
+    def secrets(self) -> list[str]:
+        """The secret values this host holds (tokens, webhook secrets): masked in logs and deployment logs."""
+        return []
+
+    def checks(self) -> list[Check]:
+        """This host's lines of `doctor` (API reachable, token accepted, secret set)."""
+        return []
+
+    def close(self) -> None:
+        """Release what the host holds (its HTTP client) at shutdown."""
+
+
+class ApiCodeHost(CodeHost):
+    """A code host answered through an ApiClient with a token, whose deliveries are signed with a shared secret
+    (GitHub, Gitea): keeps them, masks them in logs and closes the client at shutdown."""
+
+    def __init__(self, api: ApiClient, url: str, token: str, secret: str) -> None:
+        self.api = api
+        self.url = url  # the API's (GitHub) or the server's (Gitea) address: what clone URLs are compared with
+        self.token = token
+        self.secret = secret.encode()
+
+    def secrets(self) -> list[str]:
+        return [value for value in (self.token, self.secret.decode()) if value]
+
+    def token_authorization(self) -> str | None:
+        """The token as git's Authorization header (`Basic x-access-token:TOKEN`, which GitHub, Gitea and Forgejo
+        accept), or None without one; `clone_authorization` decides for which clone URLs."""
+        if not self.token:
+            return None
+        return "Basic " + base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
+
+    def close(self) -> None:
+        self.api.close()
+
+
+class ApiClient:
+    """An HTTP client for a code host's REST API: transient failures (5xx, 429, and 403 when a rate limit is
+    spent) are retried at most MAX_RETRIES times with exponential backoff, honouring Retry-After and
+    x-ratelimit-reset. Every call is counted in `/metrics` by `kind` and status."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], retry_base: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self._metrics = metrics or Metrics()
+        self._client = httpx.Client(base_url=base_url, headers={"User-Agent": "preview-orchestrator", **headers},
+                                    timeout=15.0, transport=transport)
+        self._retry_base = retry_base
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, kind: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                response = self._client.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                self._metrics.codehost_calls.labels(kind, "unreachable").inc()
+                if attempt == MAX_RETRIES:
+                    raise CodeHostError(f"{method} {url}: {type(exc).__name__}") from None
+                wait = self._retry_base * (2**attempt)
+            else:
+                self._metrics.codehost_calls.labels(kind, str(response.status_code)).inc()
+                if not _transient(response) or attempt == MAX_RETRIES:
+                    return response
+                wait = _server_wait(response) or self._retry_base * (2**attempt)
+            self._metrics.codehost_retries.labels(kind).inc()
+            log.warning("code host %s %s: retry %d in %.1fs", method, url, attempt + 1, wait)
+            self._sleep(min(wait, MAX_WAIT_SECONDS))
+        raise AssertionError("unreachable")
+
+    def once(self, kind: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One attempt, no retries (doctor's probes must answer quickly); httpx.HTTPError when unreachable."""
+        response = self._client.request(method, url, timeout=5, **kwargs)
+        self._metrics.codehost_calls.labels(kind, str(response.status_code)).inc()
+        return response
+
+    @staticmethod
+    def check(response: httpx.Response) -> httpx.Response:
+        """The response, or CodeHostError for a status of 300 or more."""
+        if response.status_code >= 300:
+            raise CodeHostError(f"{response.request.method} {response.request.url.path}: {response.status_code}")
+        return response
+
+
+def _transient(response: httpx.Response) -> bool:
+    if response.status_code >= 500 or response.status_code == 429:
+        return True
+    return response.status_code == 403 and (
+        response.headers.get("x-ratelimit-remaining") == "0" or "retry-after" in response.headers
+    )
+
+
+def _server_wait(response: httpx.Response) -> float | None:
+    retry_after = response.headers.get("retry-after")
+    if retry_after and retry_after.strip().isdigit():
+        return float(retry_after)
+    reset = response.headers.get("x-ratelimit-reset")
+    if reset and reset.strip().isdigit():
+        return max(0.0, float(reset) - time.time())
+    return None
+
+
+# GitHub's issue-comments endpoints, which Gitea and Forgejo share: the pull request's one comment --------------
+
+
+def upsert_issue_comment(api: ApiClient, owner: str, repo: str, number: int, comment_id: int | None,
+                         body: str) -> int:
+    """Edit comment `comment_id` (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`), or create one on the pull
+    request (`POST …/issues/{number}/comments`) when it is None or was deleted; returns its id."""
+    if comment_id is not None:
+        response = api.request("comment", "PATCH", f"/repos/{owner}/{repo}/issues/comments/{comment_id}",
+                               json={"body": body})
+        if response.status_code != 404:
+            api.check(response)
+            return comment_id
+    response = api.request("comment", "POST", f"/repos/{owner}/{repo}/issues/{number}/comments", json={"body": body})
+    return int(api.check(response).json()["id"])
+
+
+def find_issue_comment(api: ApiClient, owner: str, repo: str, number: int, marker: str,
+                       params: Mapping[str, Any] | None = None) -> int | None:
+    """The newest comment of `GET …/issues/{number}/comments` (with `params`, e.g. a page size) whose body holds
+    `marker`."""
+    response = api.request("comment", "GET", f"/repos/{owner}/{repo}/issues/{number}/comments",
+                           params=dict(params or {}))
+    marked = [item["id"] for item in api.check(response).json() if marker in str(item.get("body", ""))]
+    return int(marked[-1]) if marked else None

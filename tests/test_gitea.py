@@ -1,0 +1,245 @@
+"""The `gitea` code host (Gitea and Forgejo) without Docker: deliveries as Gitea and Forgejo send them, through the
+real HTTP app to the flows' handler; its API against the fake; what is refused and why. End to end (real Docker,
+nginx, git) in test_gitea_e2e.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from falcon import testing
+
+from orchestrator.codehosts.gitea import Gitea
+from orchestrator.http.app import create_app
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.codehost import ApiClient
+from orchestrator.rendering.plugin_host import build_plugin_host
+from tests.conftest import SettingsFactory
+from tests.support.fake_codehost import FakeCodeHost
+from tests.support.handlers import RecordingHandler
+from tests.support.payloads import (
+    FIXTURE_REPO,
+    GITEA_REPO,
+    GITEA_SECRET,
+    SECRET,
+    gitea_headers,
+    gitea_payload,
+    pr_payload,
+    webhook_headers,
+)
+
+SHA = "7" * 40
+
+
+@pytest.fixture
+def gitea_client(make_settings: SettingsFactory, handler: RecordingHandler) -> testing.TestClient:
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
+                             allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
+    return testing.TestClient(create_app(settings, handler))
+
+
+def send(client: testing.TestClient, body: bytes, **headers: Any) -> testing.Result:
+    return client.simulate_post("/webhook/gitea", body=body, headers=gitea_headers(body, **headers))
+
+
+def started(handler: RecordingHandler) -> list[tuple[str, str, str]]:
+    return [(entry["action"], entry["deploymentId"], entry.get("codehost", "")) for entry in handler.entries("start")]
+
+
+def test_each_gitea_action_is_acted_on_as_the_service_s_own(gitea_client: testing.TestClient,
+                                                           handler: RecordingHandler) -> None:
+    assert send(gitea_client, gitea_payload("opened", sha=SHA)).status_code == 200
+    assert send(gitea_client, gitea_payload("synchronized", sha="8" * 40), event_type="pull_request_sync"
+                ).status_code == 200
+    assert send(gitea_client, gitea_payload("closed", merged=True)).status_code == 200
+    assert send(gitea_client, gitea_payload("reopened", sha=SHA)).status_code == 200
+    assert send(gitea_client, gitea_payload("closed", merged=False)).status_code == 200
+    assert [(action, deployment) for action, deployment, _ in started(handler)] == [
+        ("opened", "gitea-webhooks-2"), ("synchronize", "gitea-webhooks-2"), ("closed", "gitea-webhooks-2"),
+        ("reopened", "gitea-webhooks-2"), ("closed", "gitea-webhooks-2")]
+    first = handler.entries("start")[0]
+    assert (first["codehost"], first["repository"], first["branch"], first["sha"]) == (
+        "gitea", "gitea/gitea/webhooks", "feature/x", SHA)
+    assert first["clone"] == "http://localhost:3000/gitea/webhooks.git"
+
+
+def test_a_forgejo_delivery_works_like_gitea_s(gitea_client: testing.TestClient, handler: RecordingHandler) -> None:
+    body = gitea_payload("opened", sha=SHA, number=5)
+    assert send(gitea_client, body, forgejo=True).status_code == 200
+    # Forgejo's own signature is enough: a proxy that keeps only X-Forgejo-* headers still gets through
+    headers = {name: value for name, value in gitea_headers(body, forgejo=True).items()
+               if not name.startswith(("X-Gitea", "X-Gogs", "X-GitHub", "X-Hub"))}
+    other = gitea_payload("synchronized", sha="9" * 40, number=5)
+    headers_other = {**headers, "X-Forgejo-Signature": gitea_headers(other)["X-Gitea-Signature"],
+                     "X-Forgejo-Delivery": "forgejo-2"}
+    assert gitea_client.simulate_post("/webhook/gitea", body=other, headers=headers_other).status_code == 200
+    assert [(action, deployment) for action, deployment, _ in started(handler)] == [
+        ("opened", "gitea-webhooks-5"), ("synchronize", "gitea-webhooks-5")]
+
+
+@pytest.mark.parametrize("signature", [None, "", "0" * 64, "sha256=" + "0" * 64, "signed-with-another-secret"])
+def test_a_wrong_or_missing_signature_is_401_and_records_nothing(gitea_client: testing.TestClient,
+                                                                handler: RecordingHandler,
+                                                                signature: str | None) -> None:
+    body = gitea_payload("opened", sha=SHA)
+    headers = gitea_headers(body, secret="another-secret") if signature == "signed-with-another-secret" \
+        else gitea_headers(body)
+    if signature != "signed-with-another-secret":
+        headers.pop("X-Gitea-Signature")
+        if signature is not None:
+            headers["X-Gitea-Signature"] = signature
+    result = gitea_client.simulate_post("/webhook/gitea", body=body, headers=headers)
+    assert result.status_code == 401 and result.json["error"] == "Invalid signature"
+    assert handler.entries("start") == [] and handler.store.read().deployments == {}
+
+
+def test_a_repository_not_allowed_is_403_and_an_allowed_name_of_another_host_does_not_count(
+        make_settings: SettingsFactory, handler: RecordingHandler) -> None:
+    # gitea/webhooks allowed on GitHub only: not on Gitea
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
+                             allowed_repos=GITEA_REPO)
+    client = testing.TestClient(create_app(settings, handler))
+    result = send(client, gitea_payload("opened", sha=SHA))
+    assert result.status_code == 403 and result.json["error"] == "Repository not in allowed list"
+    assert handler.entries("start") == []
+
+
+def test_a_gitea_delivery_to_github_s_path_is_not_taken_for_github_s(gitea_client: testing.TestClient,
+                                                                     handler: RecordingHandler) -> None:
+    # Gitea signs GitHub's header too: with one secret for both hosts the signature alone would pass
+    body = gitea_payload("opened", sha=SHA)
+    for path in ("/webhook/codehost", "/webhook/github"):
+        result = gitea_client.simulate_post(path, body=body, headers=gitea_headers(body, secret=SECRET))
+        assert result.status_code == 400, path
+        assert "not GitHub's (send it to /webhook/gitea)" in result.json["error"]
+    assert handler.entries("start") == []
+    github = pr_payload("opened", sha=SHA)
+    assert gitea_client.simulate_post("/webhook/github", body=github,
+                                      headers=webhook_headers(github)).status_code == 200
+
+
+def test_gitea_is_off_until_its_secret_is_set(client: testing.TestClient) -> None:
+    body = gitea_payload("opened", sha=SHA)
+    assert client.simulate_post("/webhook/gitea", body=body, headers=gitea_headers(body)).status_code == 404
+
+
+@pytest.mark.parametrize(("body", "event_type", "gate", "expected"), [
+    # WIP title: a draft; the title losing its prefix is ready for review, gaining it a conversion to draft
+    (gitea_payload("opened", sha=SHA, title="WIP: feature"), "pull_request", {}, []),
+    (gitea_payload("opened", sha=SHA, title="[wip] feature"), "pull_request", {}, []),
+    (gitea_payload("opened", sha=SHA, draft=True), "pull_request", {}, []),
+    (gitea_payload("edited", sha=SHA, title="feature", title_before="WIP: feature"), "pull_request", {},
+     ["opened"]),
+    (gitea_payload("edited", sha=SHA, title="WIP: feature", title_before="feature"), "pull_request", {},
+     ["closed"]),
+    (gitea_payload("edited", sha=SHA, title="better name", title_before="feature"), "pull_request", {}, []),
+    # labels: Gitea does not say which label changed; the current ones decide
+    (gitea_payload("label_updated", sha=SHA, labels=["preview"]), "pull_request_label", {"preview_label": "preview"},
+     ["opened"]),
+    (gitea_payload("label_updated", sha=SHA, labels=["bug"]), "pull_request_label", {"preview_label": "preview"},
+     ["closed"]),
+    (gitea_payload("label_cleared", sha=SHA, labels=[]), "pull_request_label", {"preview_label": "preview"},
+     ["closed"]),
+    (gitea_payload("label_updated", sha=SHA, labels=["preview"]), "pull_request_label", {}, []),
+    (gitea_payload("opened", sha=SHA, labels=["bug"]), "pull_request", {"preview_label": "preview"}, []),
+    # other actions are acknowledged and ignored
+    (gitea_payload("assigned", sha=SHA), "pull_request_assign", {}, []),
+], ids=lambda value: value.decode()[:0] if isinstance(value, bytes) else None)
+def test_drafts_and_labels_gate_gitea_as_github(make_settings: SettingsFactory, handler: RecordingHandler,
+                                                body: bytes, event_type: str, gate: dict[str, str],
+                                                expected: list[str]) -> None:
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
+                             allowed_repos=f"gitea:{GITEA_REPO}", webhook_processing="sync", **gate)
+    client = testing.TestClient(create_app(settings, handler))
+    result = send(client, body, event_type=event_type)
+    assert result.status_code == 200, result.text
+    assert [action for action, _, _ in started(handler)] == expected
+
+
+def test_other_gitea_events_are_ignored_and_bad_bodies_refused(gitea_client: testing.TestClient,
+                                                               handler: RecordingHandler) -> None:
+    push = json.dumps({"ref": "refs/heads/main"}).encode()
+    headers = {**gitea_headers(push), "X-Gitea-Event": "push"}
+    assert gitea_client.simulate_post("/webhook/gitea", body=push, headers=headers).status_code == 200
+    broken = json.dumps({"action": "opened", "pull_request": {"number": "two"}}).encode()
+    refused = send(gitea_client, broken)
+    assert refused.status_code == 400 and refused.json["error"].startswith("Invalid payload: ")
+    bad_branch = gitea_payload("opened", sha=SHA, ref="-x/../y")
+    assert send(gitea_client, bad_branch).status_code == 400
+    assert handler.entries("start") == []
+
+
+@pytest.fixture
+def fake_gitea() -> Iterator[FakeCodeHost]:
+    fake = FakeCodeHost(prefix="/api/v1").start()
+    yield fake
+    fake.stop()
+
+
+def gitea_host(fake: FakeCodeHost, token: str = "gitea-token-3") -> Gitea:  # noqa: S107 - a test token
+    api = ApiClient(f"{fake.url}/api/v1", {"Authorization": f"token {token}"} if token else {}, retry_base=0.01,
+                    sleep=lambda _: None)
+    return Gitea(api, fake.url, token, GITEA_SECRET)
+
+
+def test_the_api_comments_once_edits_in_place_and_reports_commit_statuses(fake_gitea: FakeCodeHost) -> None:
+    host = gitea_host(fake_gitea)
+    first = host.upsert_comment("gitea", "webhooks", 2, None, "building")
+    assert host.upsert_comment("gitea", "webhooks", 2, first, "ready") == first
+    assert host.find_marked_comment("gitea", "webhooks", 2, "ready") == first
+    assert host.start_deployment("gitea", "webhooks", SHA, "preview/x", "d") is None  # statuses, not deployments
+    host.set_status("gitea", "webhooks", SHA, None, "in_progress", "Building the preview")
+    host.set_status("gitea", "webhooks", SHA, None, "success", "Running", url="http://previews.test/x/")
+    host.set_status("gitea", "webhooks", SHA, None, "inactive", "Preview removed", url="http://previews.test/x/")
+    assert [(s["state"], s.get("target_url"), s["context"]) for s in fake_gitea.statuses_of("gitea", "webhooks", SHA)
+            ] == [("pending", None, "preview-orchestrator"), ("success", "http://previews.test/x/",
+                                                            "preview-orchestrator"),
+                  ("success", None, "preview-orchestrator")]  # the dead link is taken away
+    assert fake_gitea.comments_on("gitea", "webhooks", 2)[0]["body"] == "ready"
+    assert {call.headers["Authorization"] for call in fake_gitea.calls} == {"token gitea-token-3"}
+    assert all(call.path.startswith("/api/v1/") for call in fake_gitea.calls)
+    fake_gitea.fail_next(1, 502)
+    host.upsert_comment("gitea", "webhooks", 2, first, "retried")  # ApiClient's retries
+    assert fake_gitea.comments_on("gitea", "webhooks", 2)[0]["body"] == "retried"
+
+
+def test_doctor_lines_of_gitea(fake_gitea: FakeCodeHost, make_settings: SettingsFactory) -> None:
+    [line] = gitea_host(fake_gitea).checks()
+    assert line.ok and line.detail == "version 1.24.0; token of preview-bot"
+    [tokenless] = gitea_host(fake_gitea, token="").checks()
+    assert not tokenless.ok and "no GITEA_TOKEN" in tokenless.detail
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url=fake_gitea.url)
+    hosts = build_plugin_host(load_entry_points=False).codehosts(settings, Metrics())
+    assert [host.name for host in hosts] == ["github", "gitea"]
+    assert GITEA_SECRET in hosts.secrets()
+
+
+def test_gitea_settings_are_checked(make_settings: SettingsFactory) -> None:
+    from orchestrator.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="GITEA_URL is required when GITEA_WEBHOOK_SECRET is set"):
+        make_settings(gitea_webhook_secret=GITEA_SECRET)
+    with pytest.raises(SettingsError, match="ALLOWED_REPOS is not valid"):
+        make_settings(allowed_repos="gitea:not-a-repo")
+    settings = make_settings(allowed_repos=f"Acme/API,gitea:{GITEA_REPO},gitea:Team/App")
+    assert settings.allowed_for("github") == frozenset({"acme/api"})
+    assert settings.allowed_for("gitea") == frozenset({"gitea/webhooks", "team/app"})
+
+
+def test_setup_nginx_exposes_the_webhook_of_each_host_that_is_on(make_settings: SettingsFactory) -> None:
+    from orchestrator.adapters.nginx_site import site_text
+    from orchestrator.cli.service_commands import webhook_paths
+
+    assert webhook_paths(make_settings()) == ["/webhook/github", "/webhook/codehost"]
+    on = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9")
+    assert webhook_paths(on) == ["/webhook/github", "/webhook/codehost", "/webhook/gitea"]
+    assert "location = /webhook/gitea {" in site_text(on, webhook_paths(on))
+
+
+def test_the_record_the_api_and_the_dashboard_name_the_host(gitea_client: testing.TestClient) -> None:
+    assert send(gitea_client, gitea_payload("opened", sha=SHA, number=4)).status_code == 200
+    [record] = gitea_client.simulate_get("/api/previews").json["deployments"]
+    assert (record["deploymentId"], record["codehost"], record["source"]) == ("gitea-webhooks-4", "gitea", "codehost")
+    assert '<td class="repo">gitea:gitea/webhooks</td>' in gitea_client.simulate_get("/dashboard").text
