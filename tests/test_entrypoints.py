@@ -21,6 +21,8 @@ def test_entry_point_plugin_is_listed_accepted_and_rendered(settings, handler, t
     deno = next(p for p in plugins["plugins"] if p["name"] == "deno")
     assert deno["builtin"] is False and deno["frameworks"] == ["deno"]
     assert deno["hooks"] == ["po_app_service", "po_detect_framework", "po_dockerfile", "po_frameworks"]
+    forge = next(p for p in plugins["plugins"] if p["name"] == "forge")  # a code host of the same distribution
+    assert forge["codehosts"] == ["forge"] and forge["hooks"] == ["po_codehost", "po_codehosts"]
 
     repo = make_repo(tmp_path / "r", files={"deno.json": "{}"})
     assert host.detect_framework(repo).framework == "deno"

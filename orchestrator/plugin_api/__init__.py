@@ -19,7 +19,10 @@ from orchestrator.plugin_api.codehost import (
     Ignored,
     PullRequestChange,
     WebhookRejected,
+    find_issue_comment,
+    json_object,
     signature_matches,
+    upsert_issue_comment,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -59,7 +62,10 @@ __all__ = [
     "Ignored",
     "PullRequestChange",
     "WebhookRejected",
+    "find_issue_comment",
+    "json_object",
     "signature_matches",
+    "upsert_issue_comment",
     "PROJECT",
     "AppService",
     "ConfigError",
