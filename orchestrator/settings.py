@@ -15,8 +15,10 @@ from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
 from orchestrator.common.secret_files import read_or_create
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
-# An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name).
+# An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name), whose
+# owners may hold `.` and `_` and, on GitLab, be a group path (`gitlab:group/subgroup/project`).
 HOST_PREFIX = re.compile(r"^([a-z][a-z0-9-]{0,30}):")
+HOSTED_REPO_PATTERN = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,99}/){1,20}[A-Za-z0-9._-]{1,100}$")
 DEFAULT_CODEHOST = "github"
 
 IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
@@ -25,7 +27,7 @@ MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
 
 # Variables whose values must never be echoed, even in an error about themselves.
 SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET", "GITEA_TOKEN", "GITEA_WEBHOOK_SECRET",
-                              "SWARM_REGISTRY_PASSWORD"})
+                              "GITLAB_TOKEN", "GITLAB_WEBHOOK_SECRET", "SWARM_REGISTRY_PASSWORD"})
 
 
 class SettingsError(Exception):
@@ -97,6 +99,11 @@ class Settings(PluginSettings):
     gitea_url: str | None = None
     gitea_token: SecretStr = SecretStr("")
     gitea_webhook_secret: SecretStr = SecretStr("")
+    # GitLab (the `gitlab` code host, docs/codehosts.md): on when GITLAB_WEBHOOK_SECRET is set; deliveries to
+    # POST /webhook/gitlab, the API at GITLAB_URL/api/v4, repositories `gitlab:group/subgroup/project`.
+    gitlab_url: str | None = None
+    gitlab_token: SecretStr = SecretStr("")
+    gitlab_webhook_secret: SecretStr = SecretStr("")
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
@@ -243,7 +250,8 @@ class Settings(PluginSettings):
             value = [part.strip() for part in value.split(",") if part.strip()]
         repos = tuple(value)
         for repo in repos:
-            if not REPO_PATTERN.match(HOST_PREFIX.sub("", repo, count=1)):
+            prefixed = HOST_PREFIX.match(repo)
+            if not (HOSTED_REPO_PATTERN.match(repo[prefixed.end():]) if prefixed else REPO_PATTERN.match(repo)):
                 raise ValueError(f"entry {repo!r} is not of the form owner/repo (or host:owner/repo)")
         return repos
 
@@ -275,13 +283,24 @@ class Settings(PluginSettings):
         return self
 
     @model_validator(mode="after")
-    def _gitea(self) -> Settings:
-        if self.gitea_webhook_secret.get_secret_value() and not self.gitea_url:
-            raise ValueError("GITEA_URL is required when GITEA_WEBHOOK_SECRET is set (the server's address, "
-                             "e.g. https://gitea.example.com)")
+    def _code_host_servers(self) -> Settings:
+        for host, url, secret in (("GITEA", self.gitea_url, self.gitea_webhook_secret),
+                                  ("GITLAB", self.gitlab_url, self.gitlab_webhook_secret)):
+            if secret.get_secret_value() and not url:
+                raise ValueError(f"{host}_URL is required when {host}_WEBHOOK_SECRET is set (the server's address, "
+                                 f"e.g. https://{host.lower()}.example.com)")
+        # One secret per code host: with a shared one, a delivery one host signed (its history shows the headers
+        # and body to the host's admins) would pass at another host's path as that host's pull request.
+        secrets = {"CODEHOST_WEBHOOK_SECRET": self.codehost_webhook_secret, "GITEA_WEBHOOK_SECRET":
+                   self.gitea_webhook_secret, "GITLAB_WEBHOOK_SECRET": self.gitlab_webhook_secret}
+        values = [(name, value.get_secret_value()) for name, value in secrets.items() if value.get_secret_value()]
+        for index, (name, value) in enumerate(values):
+            for other, other_value in values[index + 1:]:
+                if value == other_value:
+                    raise ValueError(f"{name} and {other} must differ: each code host needs a secret of its own")
         return self
 
-    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url", "gitea_url")
+    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url", "gitea_url", "gitlab_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
@@ -367,7 +386,7 @@ class Settings(PluginSettings):
         return [
             s.get_secret_value()
             for s in (self.codehost_token, self.codehost_webhook_secret, self.swarm_registry_password,
-                      self.gitea_token, self.gitea_webhook_secret)
+                      self.gitea_token, self.gitea_webhook_secret, self.gitlab_token, self.gitlab_webhook_secret)
             if s.get_secret_value()
         ]
 

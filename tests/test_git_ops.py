@@ -83,7 +83,8 @@ def test_private_clone_sends_the_token_as_a_header_never_in_url_argv_or_log(tmp_
     tool = Git(clone_credentials(TOKEN, base), ("http",), 60, HostEnv.for_state_dir(tmp_path))
     log = DeploymentLog(tmp_path / "deploy.log")
     with pytest.raises(CommandFailed) as failed:
-        tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", log)
+        tool.clone(f"{base}/acme/private.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git", log,
+                   codehost="github")
     expected = "Basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert seen and seen[0]["authorization"] == expected
     assert all(TOKEN not in request["path"] for request in seen)
@@ -97,9 +98,10 @@ def test_other_hosts_never_see_the_token(tmp_path: Path, git_http) -> None:
     # GitHub and Gitea are on, both elsewhere: neither token goes to this host
     credentials = clone_credentials(TOKEN, "http://127.0.0.1:1", "http://127.0.0.1:2", "gitea-token-7")
     tool = Git(credentials, ("http",), 60, HostEnv.for_state_dir(tmp_path))
-    with pytest.raises(CommandFailed):
-        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git",
-                   DeploymentLog(tmp_path / "l"))
+    for codehost in ("github", "gitea"):
+        with pytest.raises(CommandFailed):
+            tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / codehost, tmp_path / f"{codehost}.git",
+                       DeploymentLog(tmp_path / "l"), codehost=codehost)
     assert seen and all(request["authorization"] == "" for request in seen)
 
 
@@ -109,9 +111,15 @@ def test_a_gitea_clone_gets_the_gitea_token_and_github_s_never(tmp_path: Path, g
                HostEnv.for_state_dir(tmp_path))
     with pytest.raises(CommandFailed):
         tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "work", tmp_path / "work.git",
-                   DeploymentLog(tmp_path / "l"))
+                   DeploymentLog(tmp_path / "l"), codehost="gitea")
     assert seen and {request["authorization"] for request in seen} == {
         "Basic " + base64.b64encode(b"x-access-token:gitea-token-7").decode()}
+    # the same URL named by a GitHub pull request gets no token at all: only the pull request's host is asked
+    seen.clear()
+    with pytest.raises(CommandFailed):
+        tool.clone(f"{base}/acme/api.git", "main", "a" * 40, tmp_path / "other", tmp_path / "other.git",
+                   DeploymentLog(tmp_path / "l"), codehost="github")
+    assert seen and all(request["authorization"] == "" for request in seen)
 
 
 def test_shell_characters_in_branch_names_are_only_data(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from falcon import testing
 
 from orchestrator.codehosts.gitea import Gitea
+from orchestrator.events.webhook import Ignored
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import ApiClient
@@ -243,3 +244,96 @@ def test_the_record_the_api_and_the_dashboard_name_the_host(gitea_client: testin
     [record] = gitea_client.simulate_get("/api/previews").json["deployments"]
     assert (record["deploymentId"], record["codehost"], record["source"]) == ("gitea-webhooks-4", "gitea", "codehost")
     assert '<td class="repo">gitea:gitea/webhooks</td>' in gitea_client.simulate_get("/dashboard").text
+
+
+def test_a_closed_pull_request_is_never_deployed_again(make_settings: SettingsFactory,
+                                                      handler: RecordingHandler) -> None:
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
+                             allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync",
+                             preview_label="preview")
+    client = testing.TestClient(create_app(settings, handler))
+
+    def closed(body: bytes) -> bytes:  # the same delivery of a pull request that was closed (or merged) before
+        data = json.loads(body)
+        data["pull_request"]["state"] = "closed"
+        return json.dumps(data).encode()
+
+    # its author drops the WIP prefix, or a label is added, after a maintainer closed it: nothing runs
+    ready = gitea_payload("edited", sha=SHA, title="feature", title_before="WIP: feature", labels=["preview"])
+    assert send(client, closed(ready)).status_code == 200
+    labelled = gitea_payload("label_updated", sha=SHA, labels=["preview"])
+    assert send(client, closed(labelled), event_type="pull_request_label").status_code == 200
+    github = json.loads(pr_payload("labeled", sha=SHA))
+    github["label"] = {"name": "preview"}
+    github["pull_request"]["labels"] = [{"name": "preview"}]
+    github["pull_request"]["state"] = "closed"
+    body = json.dumps(github).encode()
+    assert client.simulate_post("/webhook/codehost", body=body, headers=webhook_headers(body)).status_code == 200
+    assert handler.entries("start") == []
+    # the same deliveries of an open pull request do deploy
+    assert send(client, ready).status_code == 200
+    assert [entry["action"] for entry in handler.entries("start")] == ["opened"]
+
+
+def test_an_agit_pull_request_counts_as_a_fork_s() -> None:
+    from orchestrator.events.webhook import parse_delivery
+    from orchestrator.plugin_api.codehost import Delivery
+
+    data = json.loads(gitea_payload("opened", sha=SHA))
+    data["pull_request"]["head"]["ref"] = "refs/pull/2/head"  # pushed to refs/for/main, no fork
+    data["pull_request"]["head"]["label"] = ""
+    body = json.dumps(data).encode()
+    host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}), "http://127.0.0.1:9", "", GITEA_SECRET)
+    event = parse_delivery(host, Delivery({k.lower(): v for k, v in gitea_headers(body).items()}, body),
+                           frozenset({GITEA_REPO}))
+    assert not isinstance(event, Ignored) and event.from_fork  # gated by ALLOW_FORK_PRS
+    assert event.delivery_id.startswith("gitea:")  # delivery ids are kept apart per host
+
+
+def test_one_secret_per_code_host_and_one_preview_per_id_across_hosts(make_settings: SettingsFactory,
+                                                                      handler: RecordingHandler) -> None:
+    from orchestrator.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="CODEHOST_WEBHOOK_SECRET and GITEA_WEBHOOK_SECRET must differ"):
+        make_settings(gitea_webhook_secret=SECRET, gitea_url="http://127.0.0.1:9")
+    # gitea/webhooks on GitHub and on Gitea share gitea-webhooks-2: the first one holds it, the other gets 409
+    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
+                             allowed_repos=f"{GITEA_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
+    client = testing.TestClient(create_app(settings, handler))
+    github = pr_payload("opened", sha=SHA, repository=GITEA_REPO)
+    assert client.simulate_post("/webhook/github", body=github, headers=webhook_headers(github)).status_code == 200
+    assert handler.store.read().deployments["gitea-webhooks-2"].codehost == "github"
+    taken = send(client, gitea_payload("synchronized", sha="9" * 40), event_type="pull_request_sync")
+    assert taken.status_code == 409 and "cannot use it" in taken.json["error"]
+    assert handler.store.read().deployments["gitea-webhooks-2"].codehost == "github"
+
+
+def test_webhook_paths_of_code_hosts_never_collide(make_settings: SettingsFactory) -> None:
+    from orchestrator.plugin_api import CodeHost, CodeHostSpec, hookimpl
+    from orchestrator.rendering.plugin_host import PluginError
+
+    class Squatter(CodeHost):
+        name = "squatter"
+        aliases = ("codehost",)  # GitHub's spec path
+
+    class Plugin:
+        @hookimpl
+        def po_codehosts(self) -> list[CodeHostSpec]:
+            return [CodeHostSpec(name="squatter")]
+
+        @hookimpl
+        def po_codehost(self, name: str) -> CodeHost | None:
+            return Squatter() if name == "squatter" else None
+
+    host = build_plugin_host(load_entry_points=False, extra_plugins=[("squatter", Plugin())])
+    with pytest.raises(PluginError, match="'github' and 'squatter' both want /webhook/codehost"):
+        host.codehosts(make_settings(), Metrics())
+
+
+def test_doctor_names_allowed_repositories_of_hosts_that_are_off(make_settings: SettingsFactory) -> None:
+    from orchestrator.cli.doctor import _allowed_hosts
+
+    settings = make_settings(allowed_repos=f"{FIXTURE_REPO},gitae:{GITEA_REPO}")
+    check = _allowed_hosts(settings, ["github"])
+    assert not check.ok and check.detail == "gitae: no such code host is on (github are)"
+    assert _allowed_hosts(make_settings(), ["github"]).ok

@@ -107,3 +107,17 @@ def test_bad_signatures_and_repositories_not_allowed_change_nothing(stack: Stack
     deliver(stack, other, expect=403)
     assert record(stack, 8) is None and "gitea-elsewhere-8" not in stack.records()
     assert len(gitea.calls) == calls  # nothing was said on the pull request either
+
+
+def test_a_failed_preview_keeps_its_failure_status_when_removed(stack: Stack, gitea: FakeCodeHost,
+                                                               tmp_path: Path) -> None:
+    repo = make_pr_repo(tmp_path / "repos", "python", "feature/broken",
+                        config={**config_for("python"), "framework": "no-such-framework"})
+    deliver(stack, gitea_payload("opened", number=9, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch))
+    wait_until(lambda: (record(stack, 9) or {}).get("status") == "failed", timeout=120, message="the deploy fails")
+    wait_until(lambda: [s["state"] for s in gitea.statuses_of(OWNER, NAME, repo.sha_a)] == ["pending", "failure"],
+               timeout=30, message="the failure status")
+    deliver(stack, gitea_payload("closed", number=9, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch))
+    wait_until(lambda: record(stack, 9) is None, timeout=120, message="cleanup")
+    wait_until(lambda: "removed" in comment(gitea, 9).lower(), timeout=30, message="the removal in the comment")
+    assert [s["state"] for s in gitea.statuses_of(OWNER, NAME, repo.sha_a)] == ["pending", "failure"]

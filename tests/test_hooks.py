@@ -48,7 +48,7 @@ def test_hook_po_runtime(host: PluginHost, make_settings: SettingsFactory) -> No
 
 def test_hook_po_codehosts(host: PluginHost) -> None:
     codehosts = [spec.name for answer in host.hook.po_codehosts() for spec in answer]
-    assert sorted(codehosts) == ["gitea", "github"]
+    assert sorted(codehosts) == ["gitea", "github", "gitlab"]
 
 
 def test_hook_po_codehost(host: PluginHost, make_settings: SettingsFactory) -> None:

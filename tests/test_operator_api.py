@@ -266,8 +266,8 @@ def test_cli_talks_to_the_running_service(tmp_path: Path) -> None:
                           headers=webhook_headers(body)).status_code == 200
         wait_until(lambda: "codertocat-hello-world-12" in run_cli("list", url=service.url).stdout, timeout=10)
         listed = run_cli("list", url=service.url).stdout.splitlines()
-        assert listed[0].split()[:3] == ["ID", "STATUS", "PR"] and listed[1].split()[:3] == [
-            "codertocat-hello-world-12", "running", "#12"]
+        assert listed[0].split()[:4] == ["ID", "STATUS", "HOST", "PR"] and listed[1].split()[:4] == [
+            "codertocat-hello-world-12", "running", "github", "#12"]
         as_json = run_cli("list", "--json", url=service.url)
         assert '"deploymentId": "codertocat-hello-world-12"' in as_json.stdout.replace('":"', '": "')
         logs = run_cli("logs", "codertocat-hello-world-12", url=service.url)

@@ -103,8 +103,8 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     listing = cli(stack, "list")
     assert listing.returncode == 0, listing.stderr
     header, row = listing.stdout.splitlines()[:2]
-    assert header.split() == ["ID", "STATUS", "PR", "BRANCH", "COMMIT", "AGE", "URL"]
-    assert row.split()[:5] == [deployment, "running", f"#{pr}", "feature/ops", repo.sha_b[:7]]
+    assert header.split() == ["ID", "STATUS", "HOST", "PR", "BRANCH", "COMMIT", "AGE", "URL"]
+    assert row.split()[:6] == [deployment, "running", "github", f"#{pr}", "feature/ops", repo.sha_b[:7]]
 
     metrics = httpx.get(f"{stack.service.url}/metrics", timeout=10)
     assert metrics.headers["content-type"].startswith("text/plain")

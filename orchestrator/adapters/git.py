@@ -42,32 +42,33 @@ def clone_url_problem(url: str, allowed_protocols: tuple[str, ...]) -> str | Non
 
 
 class Git:
-    def __init__(self, authorization: Callable[[str], str | None], allowed_protocols: tuple[str, ...],
+    def __init__(self, authorization: Callable[[str, str], str | None], allowed_protocols: tuple[str, ...],
                  timeout: float, env: HostEnv, mirrors: Mirrors | None = None) -> None:
-        """`authorization`: the Authorization header for a clone URL (its code host's token), or None."""
+        """`authorization(codehost, clone_url)`: the Authorization header the pull request's code host gives for
+        the URL (its token, for its own URLs only), or None."""
         self._authorization = authorization
         self._protocols = allowed_protocols
         self._timeout = timeout
         self._env = env
         self._mirrors = mirrors
 
-    def _environment(self, clone_url: str, local: bool) -> dict[str, str]:
+    def _environment(self, clone_url: str, local: bool, codehost: str | None) -> dict[str, str]:
         extra = {"GIT_ALLOW_PROTOCOL": "file" if local else ":".join(self._protocols)}
         if local:
             # A directory on this host, chosen by its operator (`preview-orchestrator up`); it may belong to
             # another user, which git refuses unless told that this one directory is safe.
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
                           "GIT_CONFIG_VALUE_0": clone_url})
-        elif authorization := self._authorization(clone_url):
+        elif codehost is not None and (authorization := self._authorization(codehost, clone_url)):
             extra.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
                           "GIT_CONFIG_VALUE_0": f"Authorization: {authorization}"})
         return self._env.git(extra)
 
     def _git(self, args: list[str], work_dir: Path, git_dir: Path | None, clone_url: str, log: DeploymentLog,
-             control: FlowControl | None, local: bool) -> str:
+             control: FlowControl | None, local: bool, codehost: str | None = None) -> str:
         where = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={work_dir}"]
         return run(["git", *HARDENED, *where, *args], cwd=work_dir if git_dir else None,
-                   env=self._environment(clone_url, local), timeout=self._timeout, log=log, control=control)
+                   env=self._environment(clone_url, local, codehost), timeout=self._timeout, log=log, control=control)
 
     @staticmethod
     def has_checkout(work_dir: Path, git_dir: Path) -> bool:
@@ -78,11 +79,12 @@ class Git:
         return self._mirrors.remove_unkeyed() if self._mirrors else []
 
     def clone(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-              control: FlowControl | None = None, local: bool = False, mirror: str | None = None) -> None:
+              control: FlowControl | None = None, local: bool = False, mirror: str | None = None,
+              codehost: str | None = None) -> None:
         """`local`: `clone_url` is a directory of this host given by its operator (`preview-orchestrator up`),
         cloned whatever ALLOWED_CLONE_PROTOCOLS says (it is for URLs from webhooks). `mirror`: the name of the
         repository's mirror (git_mirror.py) to fetch into and clone from; the checkout's remote stays
-        `clone_url`."""
+        `clone_url`. `codehost`: the pull request's code host, the only one asked for credentials."""
         problem = clone_url_problem(clone_url, ("file",) if local else self._protocols)
         if problem:
             raise CloneRefused(problem)
@@ -90,23 +92,23 @@ class Git:
         source = clone_url
         if mirror and self._mirrors and not local:
             def call(args: list[str], cwd: Path | None) -> str:
-                return self._git(args, cwd or work_dir.parent, None, clone_url, log, control, local)
+                return self._git(args, cwd or work_dir.parent, None, clone_url, log, control, local, codehost)
 
             source = str(self._mirrors.refresh(mirror, clone_url, branch, call) or clone_url)
         # From the mirror: a local clone (file transport, whatever ALLOWED_CLONE_PROTOCOLS says: it is our own).
         self._git(["clone", "--no-checkout", f"--separate-git-dir={git_dir}", "--", source, str(work_dir)],
-                  work_dir.parent, None, source, log, control, local or source != clone_url)
+                  work_dir.parent, None, source, log, control, local or source != clone_url, codehost)
         if source != clone_url:
             # Objects came from the mirror (hard links); later fetches go to the repository itself.
             self._git(["remote", "set-url", "origin", "--", clone_url], work_dir, git_dir, clone_url, log, control,
-                      local)
-        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local)
+                      local, codehost)
+        self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local, codehost)
 
     def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-                 control: FlowControl | None = None, local: bool = False) -> None:
+                 control: FlowControl | None = None, local: bool = False, codehost: str | None = None) -> None:
         """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""
         def git(*args: str) -> str:
-            return self._git(list(args), work_dir, git_dir, clone_url, log, control, local)
+            return self._git(list(args), work_dir, git_dir, clone_url, log, control, local, codehost)
 
         git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
         try:

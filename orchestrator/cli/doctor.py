@@ -61,9 +61,20 @@ def _codehost_checks(settings: Settings) -> list[Check]:
     except PluginError as exc:
         return [Check("the code hosts", False, str(exc), "disable the plugin that fails")]
     try:
-        return [check for host in hosts for check in run_all_safely(host.checks, f"the code host {host.name}")]
+        lines = [check for host in hosts for check in run_all_safely(host.checks, f"the code host {host.name}")]
     finally:
         hosts.close()
+    return [*lines, _allowed_hosts(settings, hosts.names())]
+
+
+def _allowed_hosts(settings: Settings, on: list[str]) -> Check:
+    """ALLOWED_REPOS entries of a code host that is off (or misspelt) allow nothing: say so."""
+    name = "ALLOWED_REPOS names code hosts that are on"
+    prefixes = sorted({entry.split(":", 1)[0] for entry in settings.allowed_repos if ":" in entry} - set(on))
+    if prefixes:
+        return Check(name, False, f"{', '.join(prefixes)}: no such code host is on ({', '.join(on)} are)",
+                     "set that host's webhook secret (docs/codehosts.md), or fix the prefix")
+    return Check(name, True, ", ".join(on))
 
 
 def _runtime_checks(settings: Settings) -> list[Check]:

@@ -65,6 +65,8 @@ def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -
         *([f"  Gitea/Forgejo: add a webhook with URL {base}/webhook/gitea, content type application/json, "
            "GITEA_WEBHOOK_SECRET, and the pull request events (docs/codehosts.md)"]
           if settings.gitea_webhook_secret.get_secret_value() else []),
+        *([f"  GitLab: add a webhook with URL {base}/webhook/gitlab, the secret token GITLAB_WEBHOOK_SECRET, and "
+           "merge request events (docs/codehosts.md)"] if settings.gitlab_webhook_secret.get_secret_value() else []),
         f"  allowed repositories: {repos}",
         "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
     ])

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from orchestrator.common.problems import describe_problems
 from orchestrator.observability.metrics import Metrics
@@ -29,10 +28,12 @@ from orchestrator.plugin_api.codehost import (
     CodeHostSpec,
     Delivery,
     Ignored,
+    PayloadModel,
     PullRequestChange,
     WebhookRejected,
     find_issue_comment,
     json_object,
+    labels_of,
     signature_matches,
     upsert_issue_comment,
 )
@@ -68,53 +69,48 @@ def po_codehost(name: str, settings: Any, metrics: Metrics) -> Gitea | None:
 # The part of a delivery the service reads, bounded ------------------------------------------------------
 
 
-class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class _Repo(_Payload):
+class _Repo(PayloadModel):
     full_name: str = Field(max_length=200)
     clone_url: str | None = Field(default=None, max_length=2048)
 
 
-class _Branch(_Payload):
+class _Branch(PayloadModel):
     ref: str | None = Field(default=None, max_length=255)
     sha: str | None = Field(default=None, max_length=64)
     repo: _Repo | None = None
 
 
-class _Label(_Payload):
-    name: str = Field(default="", max_length=100)
-
-
-class _PullRequest(_Payload):
+class _PullRequest(PayloadModel):
     number: int = Field(ge=1)
-    title: str = Field(default="", max_length=1000)
+    state: str = Field(default="open", max_length=20)
+    # What only the gating reads is read leniently (labels_of, _wip): a shape Gitea does not send never refuses a
+    # delivery, least of all a `closed` one.
+    title: Any = ""
     draft: bool = False
-    labels: list[_Label] | None = Field(default=None, max_length=200)
+    labels: Any = None
     head: _Branch
     base: _Branch
     updated_at: datetime | None = None
 
 
-class _Title(_Payload):
+class _Title(PayloadModel):
     # `changes.title.from` of an `edited` delivery
-    from_: str = Field(default="", alias="from", max_length=1000)
+    from_: Any = Field(default="", alias="from")
 
 
-class _Changes(_Payload):
+class _Changes(PayloadModel):
     title: _Title | None = None
 
 
-class _Delivery(_Payload):
+class _Delivery(PayloadModel):
     action: str = Field(max_length=40)
     pull_request: _PullRequest
     repository: _Repo
     changes: _Changes | None = None
 
 
-def _wip(title: str) -> bool:
-    return title.strip().lower().startswith(WIP_PREFIXES)
+def _wip(title: Any) -> bool:
+    return str(title)[:1000].strip().lower().startswith(WIP_PREFIXES)
 
 
 class Gitea(ApiCodeHost):
@@ -156,12 +152,14 @@ class Gitea(ApiCodeHost):
             return Ignored(f"pull_request action {payload.action!r} is not handled")
         owner, _, name = payload.repository.full_name.partition("/")
         head_repo = pr.head.repo
+        # An AGit pull request (pushed to refs/for/… without a fork) names the base repository as its head and a
+        # pull ref as its branch: its author need not be able to push there, so it counts as a fork's.
+        agit = (pr.head.ref or "").startswith("refs/")
         return PullRequestChange(
             action=action, owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
             clone_url=(head_repo.clone_url if head_repo else None) or payload.repository.clone_url,
-            head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
-            updated_at=pr.updated_at, draft=draft,
-            labels=frozenset(label.name.lower() for label in pr.labels or []))
+            head_repository=head_repo.full_name if head_repo and not agit else None, base_ref=pr.base.ref,
+            updated_at=pr.updated_at, draft=draft, labels=labels_of(pr.labels, "name"), open=pr.state == "open")
 
     # The API --------------------------------------------------------------------------------------------
 
@@ -181,14 +179,6 @@ class Gitea(ApiCodeHost):
             body["target_url"] = url
         self.api.check(self.api.request("commit_status", "POST", f"/repos/{owner}/{repo}/statuses/{sha}",
                                         json=body))
-
-    def clone_authorization(self, clone_url: str) -> str | None:
-        """Only for clone URLs of GITEA_URL itself (scheme, host and port)."""
-        clone, own = urlsplit(clone_url), urlsplit(self.url)
-        if not clone.hostname or clone.scheme not in ("http", "https"):
-            return None
-        ours = (own.scheme, (own.hostname or "").lower(), own.port)
-        return self.token_authorization() if (clone.scheme, clone.hostname.lower(), clone.port) == ours else None
 
     def checks(self) -> list[Check]:
         name = f"Gitea API reachable ({self.url}, GITEA_URL)"

@@ -7,31 +7,34 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.common.naming import SHA_PATTERN, branch_problem
 from orchestrator.common.problems import describe_problems
-from orchestrator.plugin_api.codehost import ACTIONS, Ignored, PullRequestChange, WebhookRejected, json_object
+from orchestrator.plugin_api.codehost import (
+    ACTIONS,
+    Ignored,
+    PayloadModel,
+    PullRequestChange,
+    WebhookRejected,
+    json_object,
+    labels_of,
+)
 from orchestrator.state.records import HANDLED_ACTIONS, MAX_PR_NUMBER, PullRequestAction
 
 
-class _Payload(BaseModel):
-    # Code hosts add fields all the time; only the ones we use are checked.
-    model_config = ConfigDict(extra="ignore")
-
-
-class Owner(_Payload):
+class Owner(PayloadModel):
     login: str | None = Field(default=None, max_length=100)
 
 
-class HeadRepo(_Payload):
+class HeadRepo(PayloadModel):
     clone_url: str | None = Field(default=None, max_length=2048)
     name: str | None = Field(default=None, max_length=100)
     full_name: str | None = Field(default=None, max_length=200)
     owner: Owner | None = None
 
 
-class Head(_Payload):
+class Head(PayloadModel):
     ref: str | None = Field(default=None, description="Branch name")
     sha: str | None = Field(default=None, description="Commit SHA")
     repo: HeadRepo | None = None
@@ -51,25 +54,25 @@ class Head(_Payload):
         return value
 
 
-class Base(_Payload):
+class Base(PayloadModel):
     ref: str | None = Field(default=None, max_length=255)
 
 
-class PullRequest(_Payload):
+class PullRequest(PayloadModel):
     number: int = Field(ge=1, le=MAX_PR_NUMBER)
     head: Head
     base: Base
     updated_at: datetime | None = Field(default=None, description="When the pull request last changed")
 
 
-class Repository(_Payload):
+class Repository(PayloadModel):
     full_name: str = Field(max_length=200, description="Form owner/repo")
     name: str = Field(max_length=100)
     owner: Owner
     clone_url: str | None = Field(default=None, max_length=2048)
 
 
-class WebhookPayload(_Payload):
+class WebhookPayload(PayloadModel):
     """The spec's `GitHubWebhookPayload`: the part of a `pull_request` event the service reads."""
 
     model_config = ConfigDict(extra="ignore", title="GitHubWebhookPayload")
@@ -113,11 +116,11 @@ def gating_facts(document: dict[str, Any]) -> dict[str, Any]:
     """What the gating reads (PREVIEW_DRAFTS, PREVIEW_LABEL), leniently: a shape GitHub does not send counts as
     absent (not a draft, no label) rather than refusing the delivery."""
     pr = document.get("pull_request") if isinstance(document.get("pull_request"), dict) else {}
-    labels = pr.get("labels") if isinstance(pr.get("labels"), list) else []
-    names = frozenset(str(item.get("name", ""))[:100].lower() for item in labels[:100] if isinstance(item, dict))
+    names = labels_of(pr.get("labels"), "name")
     label = document.get("label")
     changed = label.get("name") if isinstance(label, dict) and isinstance(label.get("name"), str) else None
-    return {"draft": pr.get("draft") is True, "labels": names, "changed_label": changed}
+    return {"draft": pr.get("draft") is True, "labels": names, "changed_label": changed,
+            "open": pr.get("state") != "closed"}
 
 
 def _event_of(document: dict[str, Any]) -> str | None:

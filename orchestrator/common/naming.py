@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 
-# GitHub's own rules: owners are alphanumerics and single hyphens, repositories add `.` and `_`.
-OWNER_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
+# A segment of an owner: GitHub's owners are alphanumerics and hyphens; Gitea's and GitLab's add `.` and `_`, and
+# GitLab's owner is a group path (`group/subgroup`, MAX_OWNER_SEGMENTS deep). Repositories add `.` and `_`.
+OWNER_SEGMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,99})$")
+MAX_OWNER_SEGMENTS = 20
 REPO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+MAX_SLUG = 140  # GitHub's longest owner-repo; compose names and host labels are derived from it
 SHA_PATTERN = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 # A deployment id is a lowercase slug, a hyphen and a pull-request number without leading zeros.
 DEPLOYMENT_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,160})-[1-9][0-9]{0,9}$")
@@ -16,15 +19,21 @@ _BRANCH_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 
 def project_slug(owner: str, repo: str) -> str:
-    """`owner-repo` in lower case, with `.` and `_` turned into `-`.
+    """`owner-repo` in lower case, with `.`, `_` and a group path's `/` turned into `-` (`group/sub` and `app`:
+    `group-sub-app`).
 
     Compose project names and container names must be lower case, and the slug lands in URL paths,
     file names and nginx config, so it is kept to `[a-z0-9-]`.
     """
-    if not OWNER_PATTERN.match(owner) or not REPO_NAME_PATTERN.match(repo):
-        raise ValueError(f"repository {owner}/{repo} has a name the service cannot use")
-    slug = f"{owner}-{repo}".lower().replace(".", "-").replace("_", "-")
-    return re.sub(r"-{2,}", "-", slug).strip("-")
+    segments = owner.split("/")
+    if (len(segments) > MAX_OWNER_SEGMENTS or not all(OWNER_SEGMENT.match(segment) for segment in segments)
+            or not REPO_NAME_PATTERN.match(repo)):
+        raise ValueError(f"repository {owner[:200]}/{repo[:100]} has a name the service cannot use")
+    slug = "-".join([*segments, repo]).lower().replace(".", "-").replace("_", "-")
+    slug = re.sub(r"-{2,}", "-", slug).strip("-")
+    if not slug or len(slug) > MAX_SLUG:
+        raise ValueError(f"repository {owner[:200]}/{repo[:100]} has a name longer than the service can use")
+    return slug
 
 
 # The code host of every pull request until code hosts are plugins; with `local` (`preview-orchestrator up`), the

@@ -13,7 +13,7 @@ import uuid
 from datetime import UTC, datetime
 
 from orchestrator.common.naming import SHA_PATTERN, branch_problem, deployment_id, project_slug
-from orchestrator.events.gating import Gate
+from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, PullRequestChange, WebhookRejected
 from orchestrator.state.records import MAX_PR_NUMBER, PullRequestEvent
 
@@ -37,6 +37,9 @@ def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[
     effective, why = gate.decide(change)
     if effective is None:
         return Ignored(f"pull request #{change.number}: {why}")
+    if effective != CLEANUP and not change.open:
+        # A label or a title changed on a closed or merged pull request: it must not run again.
+        return Ignored(f"pull request #{change.number} is not open: {change.action} deploys nothing")
     if effective != change.action:
         log.info("pull request #%s %s", change.number, why)
     return _event(host.name, change, effective, delivery_id)
@@ -48,7 +51,8 @@ def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
         return f"local-{uuid.uuid4()}"
     if not _DELIVERY_PATTERN.match(header):
         raise WebhookRejected(400, f"Invalid {host.delivery_header} header")
-    return header
+    # Ids are unique per host, not between hosts: another host's are kept apart by its name (GitHub's as they are).
+    return header if host.name == "github" else f"{host.name}:{header}"
 
 
 def _event(codehost: str, change: PullRequestChange, action: str, delivery_id: str) -> PullRequestEvent:

@@ -187,14 +187,14 @@ class BuildSteps:
         try:
             if git.has_checkout(target.work_dir, target.git_dir):
                 git.checkout(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
-                             target.log, control, local=event.local)
+                             target.log, control, local=event.local, codehost=event.codehost)
             else:
                 remove_tree(target.work_dir)  # a partial clone, or a checkout of the old layout (.git inside)
                 remove_tree(target.git_dir)
                 target.work_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o711)
                 git.clone(event.clone_url, event.branch, event.commit_sha, target.work_dir, target.git_dir,
                           target.log, control, local=event.local,
-                          mirror=mirror_name(event.project_slug, event.repository))
+                          mirror=mirror_name(event.project_slug, event.repository), codehost=event.codehost)
             for private in (target.work_dir, target.git_dir):
                 private.chmod(0o700)  # a build user (BUILD_COMMANDS_MODE=host) of another preview must not read it
         except CloneRefused as exc:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,6 +86,13 @@ class Ignored:
     reason: str
 
 
+class PayloadModel(BaseModel):
+    """The base of a delivery's pydantic models: code hosts add fields all the time, only the ones read are checked
+    (bound them: `Field(max_length=…)`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 @dataclass(frozen=True)
 class Delivery:
     """One webhook delivery as received: header names lower case, the raw body."""
@@ -115,6 +123,7 @@ class PullRequestChange:
     draft: bool = False
     labels: frozenset[str] = field(default_factory=frozenset)  # lower case
     changed_label: str | None = None  # `labeled`/`unlabeled`: the label
+    open: bool = True  # the pull request's state: a change of a closed one can only remove its preview
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -133,6 +142,14 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise WebhookRejected(400, "Invalid payload: body must be a JSON object")
     return document
+
+
+def labels_of(labels: Any, key: str) -> frozenset[str]:
+    """The names (`key`: `name`, GitLab's `title`) of the first 200 labels of a delivery, lower case, read
+    leniently: anything not a list of objects is no label (what only the gating reads never refuses a delivery,
+    least of all a `closed` one)."""
+    items = labels[:200] if isinstance(labels, list) else []
+    return frozenset(str(item.get(key, ""))[:255].lower() for item in items if isinstance(item, dict))
 
 
 def signature_matches(secret: bytes, body: bytes, given: str | None, prefix: str = "") -> bool:
@@ -217,6 +234,15 @@ class ApiCodeHost(CodeHost):
 
     def secrets(self) -> list[str]:
         return [value for value in (self.token, self.secret.decode()) if value]
+
+    def clone_authorization(self, clone_url: str) -> str | None:
+        """The token for clone URLs of `url`'s own scheme, host and port (a server whose API is under its own
+        address: Gitea, GitLab), never another host's."""
+        clone, own = urlsplit(clone_url), urlsplit(self.url)
+        if not clone.hostname or clone.scheme not in ("http", "https"):
+            return None
+        ours = (own.scheme, (own.hostname or "").lower(), own.port)
+        return self.token_authorization() if (clone.scheme, clone.hostname.lower(), clone.port) == ours else None
 
     def token_authorization(self) -> str | None:
         """The token as git's Authorization header (`Basic x-access-token:TOKEN`, which GitHub, Gitea and Forgejo

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from orchestrator.plugin_api.types import (
 ENTRY_POINT_GROUP = "preview_orchestrator"
 DISTRIBUTION = "preview-orchestrator"
 DEFAULT_FRAMEWORK = "nestjs"  # the spec: when nothing matches, nestjs is assumed
+CODEHOST_PATH = re.compile(r"^[a-z][a-z0-9-]{0,30}$")  # a code host's webhook path: its name or an alias
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "frameworks.nestjs",
@@ -50,6 +52,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "orchestrator.runtime.swarm",
     "orchestrator.codehosts.github",
     "orchestrator.codehosts.gitea",
+    "orchestrator.codehosts.gitlab",
 )
 
 
@@ -73,9 +76,11 @@ class CodeHosts:
     def names(self) -> list[str]:
         return list(self._hosts)
 
-    def clone_authorization(self, clone_url: str) -> str | None:
-        """The first host's credentials for `clone_url` (each gives them only for its own URLs)."""
-        return next((value for host in self for value in [host.clone_authorization(clone_url)] if value), None)
+    def clone_authorization(self, codehost: str, clone_url: str) -> str | None:
+        """The pull request's code host's credentials for `clone_url` (it gives them only for its own URLs); no
+        other host is asked, so one host's token never goes to a URL another host's pull request names."""
+        host = self.get(codehost)
+        return host.clone_authorization(clone_url) if host is not None else None
 
     def secrets(self) -> list[str]:
         return [value for host in self for value in host.secrets()]
@@ -162,14 +167,22 @@ class PluginHost:
         return runtime
 
     def codehosts(self, settings: Any, metrics: Metrics) -> CodeHosts:
-        """Every code host that is on, each built by the plugin that provides it."""
-        hosts = []
+        """Every code host that is on, each built by the plugin that provides it; two webhook paths of one name
+        (a name or an alias: `/webhook/{path}`) stop start-up naming both hosts."""
+        hosts: list[CodeHost] = []
+        paths: dict[str, str] = {}
         for name in self.provided.codehosts:
             host = self.hook.po_codehost(name=name, settings=settings, metrics=metrics)
             if host is None:
                 continue  # off: its secret is not set
             if not isinstance(host, CodeHost) or host.name != name:
                 raise PluginError(f"the plugin providing code host {name!r} did not build one")
+            for path in (host.name, *host.aliases):
+                if not CODEHOST_PATH.match(path):
+                    raise PluginError(f"code host {name!r}: webhook path {path[:40]!r} is not a name")
+                if path in paths:
+                    raise PluginError(f"code hosts {paths[path]!r} and {name!r} both want /webhook/{path}")
+                paths[path] = name
             hosts.append(host)
         return CodeHosts(hosts)
 

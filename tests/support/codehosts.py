@@ -31,7 +31,7 @@ def parse_github(body: bytes, event: str | None, delivery: str | None, allowed: 
 
 
 def clone_credentials(token: str, api_url: str, gitea_url: str | None = None,
-                      gitea_token: str = "") -> Callable[[str], str | None]:
+                      gitea_token: str = "") -> Callable[[str, str], str | None]:
     """What git asks for a clone URL's credentials, as the service wires it: the code hosts that are on."""
     hosts: list[CodeHost] = [GitHub(api_client(api_url, token), api_url, token, SECRET)]
     if gitea_url is not None:

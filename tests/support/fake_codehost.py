@@ -1,6 +1,7 @@
 """A fake of a code host's REST API on 127.0.0.1: records calls, keeps comments, deployments with their statuses
 and commit statuses, fails on demand. GitHub's shapes at the root; `FakeCodeHost(prefix="/api/v1")` is Gitea's
-(the same comment endpoints, commit statuses, `/version` and `/user`)."""
+(the same comment endpoints, commit statuses, `/version` and `/user`), `prefix="/api/v4"` GitLab's (merge request
+notes and commit statuses of `/projects/{url-encoded path}`, `/user`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 
 @dataclass
@@ -81,7 +83,7 @@ class FakeCodeHost:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_POST = do_PATCH = do_GET = _handle  # noqa: N815
+            do_POST = do_PATCH = do_GET = do_PUT = _handle  # noqa: N815
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -102,6 +104,8 @@ class FakeCodeHost:
                 if not path.startswith(f"{self.prefix}/"):
                     return 404, {"message": "Not Found"}, {}
                 path = path.removeprefix(self.prefix)
+                if self.prefix == "/api/v4":
+                    return self._gitlab(method, path, body)
                 if method == "GET" and path == "/version":
                     return 200, {"version": "1.24.0"}, {}
                 if method == "GET" and path == "/user":
@@ -155,3 +159,38 @@ class FakeCodeHost:
                 self.next_id += 1
                 return 201, {"id": self.next_id, "state": body["state"]}, {}
             return 404, {"message": "Not Found"}, {}
+
+    def _gitlab(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
+        """GitLab's API v4 (the lock is held): notes of a merge request and commit statuses of a project."""
+        if method == "GET" and path == "/user":
+            return 200, {"username": "preview-bot"}, {}
+        notes = re.fullmatch(r"/projects/([^/]+)/merge_requests/(\d+)/notes(?:/(\d+))?", path)
+        if notes:
+            owner, _, repo = unquote(notes[1]).rpartition("/")
+            key = (owner, repo, int(notes[2]))
+            if method == "GET" and notes[3] is None:
+                listed = [{"id": note_id, "body": c["body"]} for note_id, c in sorted(self.comments.items(),
+                                                                                   reverse=True)
+                          if (c["owner"], c["repo"], c["pr"]) == key]
+                return 200, listed, {}
+            if method == "POST" and notes[3] is None:
+                self.next_id += 1
+                self.comments[self.next_id] = {"owner": owner, "repo": repo, "pr": key[2], "body": body.get("body", ""),
+                                               "edits": 0}
+                return 201, {"id": self.next_id, "body": body.get("body", "")}, {}
+            if method == "PUT" and notes[3] is not None:
+                note = self.comments.get(int(notes[3]))
+                if note is None or (note["owner"], note["repo"], note["pr"]) != key:
+                    return 404, {"message": "404 Not found"}, {}
+                note["body"] = body.get("body", "")
+                note["edits"] += 1
+                return 200, {"id": int(notes[3]), "body": note["body"]}, {}
+        status = re.fullmatch(r"/projects/([^/]+)/statuses/([0-9a-f]{40,64})", path)
+        if method == "POST" and status:
+            if body.get("state") not in {"pending", "running", "success", "failed", "canceled"}:
+                return 400, {"message": "state does not have a valid value"}, {}
+            owner, _, repo = unquote(status[1]).rpartition("/")
+            self.commit_statuses.append({"owner": owner, "repo": repo, "sha": status[2], **body})
+            self.next_id += 1
+            return 201, {"id": self.next_id, "status": body["state"]}, {}
+        return 404, {"message": "404 Not found"}, {}

@@ -116,3 +116,52 @@ def gitea_headers(body: bytes, secret: str = GITEA_SECRET, forgejo: bool = False
         headers.update({"X-Forgejo-Event": "pull_request", "X-Forgejo-Event-Type": event_type,
                         "X-Forgejo-Delivery": delivery, "X-Forgejo-Signature": digest})
     return headers
+
+
+# GitLab -----------------------------------------------------------------------------------------------
+
+GITLAB_PROJECT = "gitlabhq/gitlab-test"  # the fixture's project
+GITLAB_SECRET = "gitlab-webhook-token-4c1a"
+GITLAB_ACTIONS = {"opened": "open", "reopened": "reopen", "closed": "close", "merged": "merge"}
+
+
+def gitlab_payload(action: str = "open", iid: int = 1, sha: str | None = None, clone_url: str | None = None,
+                   ref: str | None = None, project: str | None = None, oldrev: str | None = None,
+                   draft: bool | None = None, labels: list[str] | None = None,
+                   changes: dict[str, Any] | None = None, source: str | None = None) -> bytes:
+    """The GitLab `Merge Request Hook` fixture as GitLab sends `action` (open, reopen, update, close, merge), with
+    the merge request's iid, head, project (a group path), and now as its `updated_at`. `source`: the path of
+    the fork the merge request comes from (its clone URL is `clone_url`)."""
+    data = fixture("gitlab/merge_request.open")
+    mr = data["object_attributes"]
+    mr["action"], mr["iid"] = action, iid
+    mr["state"] = {"close": "closed", "merge": "merged"}.get(action, "opened")
+    mr["updated_at"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")  # GitLab's older form
+    if sha:
+        mr["last_commit"]["id"] = sha
+    if ref:
+        mr["source_branch"] = ref
+    if project:
+        data["project"]["path_with_namespace"] = mr["target"]["path_with_namespace"] = project
+        if source is None:
+            mr["source"]["path_with_namespace"] = project
+    if source is not None:
+        mr["source"]["path_with_namespace"] = source
+    if clone_url is not None:
+        mr["source"]["git_http_url"] = data["project"]["git_http_url"] = clone_url
+    if oldrev is not None:
+        mr["oldrev"] = oldrev
+    if draft is not None:
+        mr["draft"] = mr["work_in_progress"] = draft
+    if labels is not None:
+        data["labels"] = mr["labels"] = [{"id": index + 1, "title": title} for index, title in enumerate(labels)]
+    if changes is not None:
+        data["changes"] = changes
+    return json.dumps(data).encode()
+
+
+def gitlab_headers(token: str = GITLAB_SECRET, delivery: str | None = None,
+                   event: str = "Merge Request Hook") -> dict[str, str]:
+    """The headers GitLab sends: the event, the webhook's secret token as it is, a delivery id."""
+    return {"Content-Type": "application/json", "X-Gitlab-Event": event, "X-Gitlab-Token": token,
+            "X-Gitlab-Event-UUID": delivery or str(uuid.uuid4()), "X-Gitlab-Instance": "https://gitlab.example.com"}

@@ -1,0 +1,216 @@
+"""The `gitlab` code host: GitLab.com and self-managed GitLab (docs/codehosts.md).
+
+On when GITLAB_WEBHOOK_SECRET is set. Deliveries come to `POST /webhook/gitlab` with `X-Gitlab-Event: Merge
+Request Hook`; GitLab does not sign the body, it sends the webhook's secret token in `X-Gitlab-Token`, compared in
+constant time. A merge request is `object_attributes.iid` of the project `project.path_with_namespace` (a group
+path: `group/subgroup/project`); `action` `open`/`reopen` deploy, `update` redeploys only when code changed
+(`oldrev` is present), and otherwise matters only for a draft change or, with PREVIEW_LABEL, a label change;
+`close`/`merge` remove the preview. A fork's merge request is cloned from its source project.
+
+The API is GITLAB_URL/api/v4 with GITLAB_TOKEN (`PRIVATE-TOKEN`): the merge request's one note (created, then
+`PUT`), and a commit status `preview-orchestrator` on the head commit (running, success with the URL, failed).
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import Field, ValidationError
+
+from orchestrator.common.problems import describe_problems
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHostSpec,
+    Delivery,
+    Ignored,
+    PayloadModel,
+    PullRequestChange,
+    WebhookRejected,
+    json_object,
+    labels_of,
+)
+
+NAME = "gitlab"
+EVENT = "Merge Request Hook"
+CONTEXT = "preview-orchestrator"
+# GitLab's commit status states (pending, running, success, failed, canceled) for the service's. A status cannot
+# go back from success, so the removal of a preview leaves it as it is (`inactive`: nothing is sent).
+COMMIT_STATES = {"in_progress": "running", "success": "success", "failure": "failed"}
+ACTIONS = {"open": "opened", "reopen": "reopened", "close": "closed", "merge": "closed"}
+
+
+@hookimpl(trylast=True)
+def po_codehosts() -> list[CodeHostSpec]:
+    return [CodeHostSpec(name=NAME, description="GitLab (GITLAB_URL, GITLAB_TOKEN, GITLAB_WEBHOOK_SECRET)")]
+
+
+@hookimpl(trylast=True)
+def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitLab | None:
+    secret = settings.gitlab_webhook_secret.get_secret_value()
+    if name != NAME or not secret:
+        return None
+    token = settings.gitlab_token.get_secret_value()
+    api = ApiClient(f"{settings.gitlab_url}/api/v4", {"PRIVATE-TOKEN": token} if token else {},
+                    retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
+    return GitLab(api, settings.gitlab_url, token, secret)
+
+
+# The part of a delivery the service reads, bounded ------------------------------------------------------
+
+
+class _Project(PayloadModel):
+    path_with_namespace: str = Field(max_length=1000)
+    git_http_url: str | None = Field(default=None, max_length=2048)
+
+
+class _Commit(PayloadModel):
+    id: str = Field(max_length=64)
+
+
+class _Change(PayloadModel):
+    previous: Any = None
+    current: Any = None
+
+
+class _Changes(PayloadModel):
+    draft: _Change | None = None
+    work_in_progress: _Change | None = None
+    labels: _Change | None = None
+
+
+class _Attributes(PayloadModel):
+    iid: int = Field(ge=1)
+    action: str | None = Field(default=None, max_length=40)
+    source_branch: str | None = Field(default=None, max_length=255)
+    target_branch: str | None = Field(default=None, max_length=255)
+    last_commit: _Commit | None = None
+    oldrev: str | None = Field(default=None, max_length=64)
+    draft: bool = False
+    work_in_progress: bool = False
+    source: _Project | None = None
+    state: str = Field(default="opened", max_length=20)
+    updated_at: str | None = Field(default=None, max_length=40)
+
+
+class _Delivery(PayloadModel):
+    object_kind: str = Field(max_length=40)
+    project: _Project
+    object_attributes: _Attributes
+    labels: Any = None  # read leniently (labels_of): the gating's input never refuses a delivery
+    changes: _Changes | None = None
+
+
+def _time(value: str | None) -> datetime | None:
+    """GitLab's times: ISO 8601 (`2013-12-03T17:23:34.123Z`), or `2013-12-03 17:23:34 UTC` in older versions."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace(" UTC", "+00:00").replace("Z", "+00:00"))
+    except ValueError:
+        raise WebhookRejected(400, "Invalid payload: object_attributes.updated_at is not a time") from None
+
+
+class GitLab(ApiCodeHost):
+    name = NAME
+    event_header = "X-Gitlab-Event"
+    delivery_header = "X-Gitlab-Event-UUID"
+
+    # Deliveries -----------------------------------------------------------------------------------------
+
+    def verify(self, delivery: Delivery) -> None:
+        given = (delivery.header("X-Gitlab-Token") or "").encode("utf-8", "replace")
+        if not given or not hmac.compare_digest(given, self.secret):
+            raise WebhookRejected(401, "Invalid signature")
+
+    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+        event = delivery.header(self.event_header)
+        if event != EVENT:
+            return Ignored(f"event {(event or '(none)')[:40]} is not handled")
+        try:
+            payload = _Delivery.model_validate(json_object(delivery.body))
+        except ValidationError as exc:
+            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        if payload.object_kind != "merge_request":
+            return Ignored(f"object_kind {payload.object_kind!r} is not handled")
+        mr = payload.object_attributes
+        draft = mr.draft or mr.work_in_progress
+        action = ACTIONS.get(mr.action or "")
+        if mr.action == "update":
+            action = self._update(mr, payload.changes, draft)
+        if action is None:
+            return Ignored(f"merge request action {mr.action!r} is not handled")
+        owner, _, name = payload.project.path_with_namespace.rpartition("/")
+        source = mr.source  # a fork's project for a fork; None when it was deleted
+        return PullRequestChange(
+            action=action, owner=owner, name=name, number=mr.iid, head_ref=mr.source_branch,
+            head_sha=mr.last_commit.id if mr.last_commit else None,
+            clone_url=(source.git_http_url if source else None) or payload.project.git_http_url,
+            head_repository=source.path_with_namespace if source else None, base_ref=mr.target_branch,
+            updated_at=_time(mr.updated_at), draft=draft, labels=labels_of(payload.labels, "title"),
+            open=mr.state == "opened")
+
+    @staticmethod
+    def _update(mr: _Attributes, changes: _Changes | None, draft: bool) -> str | None:
+        """An `update`: new commits (`oldrev`), else a draft change, else a label change, else nothing to do."""
+        if mr.oldrev:
+            return "synchronize"
+        change = changes.draft or changes.work_in_progress if changes else None
+        if change is not None and bool(change.previous) != bool(change.current):
+            return "converted_to_draft" if draft else "ready_for_review"
+        if changes is not None and changes.labels is not None:
+            return "labels_changed"
+        return None
+
+    # The API --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _project(owner: str, repo: str) -> str:
+        return quote(f"{owner}/{repo}", safe="")
+
+    def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
+        notes = f"/projects/{self._project(owner, repo)}/merge_requests/{number}/notes"
+        if comment_id is not None:
+            response = self.api.request("comment", "PUT", f"{notes}/{comment_id}", json={"body": body})
+            if response.status_code != 404:
+                self.api.check(response)
+                return comment_id
+        return int(self.api.check(self.api.request("comment", "POST", notes, json={"body": body})).json()["id"])
+
+    def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
+        """Among the newest 100 notes."""
+        response = self.api.request("comment", "GET",
+                                    f"/projects/{self._project(owner, repo)}/merge_requests/{number}/notes",
+                                    params={"per_page": 100, "sort": "desc", "order_by": "created_at"})
+        marked = [item["id"] for item in self.api.check(response).json() if marker in str(item.get("body", ""))]
+        return int(marked[0]) if marked else None
+
+    def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
+                   description: str, url: str | None = None) -> None:
+        if not sha or state not in COMMIT_STATES:
+            return
+        body: dict[str, Any] = {"state": COMMIT_STATES[state], "name": CONTEXT, "description": description[:140]}
+        if url and state == "success":
+            body["target_url"] = url
+        self.api.check(self.api.request("commit_status", "POST",
+                                        f"/projects/{self._project(owner, repo)}/statuses/{sha}", json=body))
+
+    def checks(self) -> list[Check]:
+        name = f"GitLab API reachable ({self.url}, GITLAB_URL)"
+        if not self.token:
+            return [Check(name, False, "no GITLAB_TOKEN: notes and statuses cannot be posted",
+                          "set GITLAB_TOKEN (a token with the api scope, role Developer or more)")]
+        try:
+            response = self.api.once("user", "GET", "/user")
+        except httpx.HTTPError as exc:
+            return [Check(name, False, type(exc).__name__, "check the network, or GITLAB_URL")]
+        if response.status_code != 200:
+            return [Check(name, False, f"the token was refused ({response.status_code})",
+                          "set a valid GITLAB_TOKEN; GITLAB_URL is the server's address, without /api/v4")]
+        return [Check(name, True, f"token of {str(response.json().get('username', '?'))[:100]}")]
