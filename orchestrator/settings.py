@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shlex
@@ -94,6 +95,9 @@ class Settings(PluginSettings):
     log_level: Literal["debug", "info", "warn", "error"] = "info"
     orchestrator_public_url: str | None = None
     codehost_api_url: str = "https://api.github.com"
+    # A GitHub App instead of CODEHOST_TOKEN (docs/codehosts.md): its id and the PEM private key GitHub gave it.
+    github_app_id: int | None = Field(default=None, ge=1)
+    github_app_private_key_file: Path | None = None
     # Gitea and Forgejo (the `gitea` code host, docs/codehosts.md): on when GITEA_WEBHOOK_SECRET is set; its
     # deliveries come to POST /webhook/gitea, its API is GITEA_URL/api/v1, its repositories are `gitea:owner/repo`.
     gitea_url: str | None = None
@@ -280,6 +284,15 @@ class Settings(PluginSettings):
     def _registry_credentials(self) -> Settings:
         if bool(self.swarm_registry_user) != bool(self.swarm_registry_password.get_secret_value()):
             raise ValueError("SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together, or neither")
+        return self
+
+    @model_validator(mode="after")
+    def _github_app(self) -> Settings:
+        if (self.github_app_id is None) != (self.github_app_private_key_file is None):
+            raise ValueError("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are set together, or neither")
+        key = self.github_app_private_key_file
+        if key is not None and (not key.is_file() or not os.access(key, os.R_OK)):
+            raise ValueError(f"GITHUB_APP_PRIVATE_KEY_FILE {key} is not a file this service can read")
         return self
 
     @model_validator(mode="after")

@@ -9,17 +9,21 @@ too; a delivery that also carries theirs is not GitHub's and is refused here (it
 
 from __future__ import annotations
 
+import base64
+import logging
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from orchestrator.codehosts.github_app import AppTokens
 from orchestrator.codehosts.github_payload import parse_pull_request
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api import Check, hookimpl
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
+    CodeHostError,
     CodeHostSpec,
     Delivery,
     Ignored,
@@ -30,6 +34,7 @@ from orchestrator.plugin_api.codehost import (
     upsert_issue_comment,
 )
 
+log = logging.getLogger("orchestrator.codehosts.github")
 NAME = "github"
 # Headers only Gitea, Forgejo and Gogs send (beside GitHub's): such a delivery is theirs.
 FOREIGN_HEADERS = ("x-gitea-event", "x-forgejo-event", "x-gogs-event")
@@ -45,13 +50,18 @@ def po_codehosts() -> list[CodeHostSpec]:
 
 @hookimpl(trylast=True)
 def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitHub | None:
-    """Always on: CODEHOST_WEBHOOK_SECRET is required (the spec)."""
+    """Always on: CODEHOST_WEBHOOK_SECRET is required (the spec). With GITHUB_APP_ID and
+    GITHUB_APP_PRIVATE_KEY_FILE it answers as that GitHub App (github_app.py) instead of with CODEHOST_TOKEN."""
     if name != NAME:
         return None
-    token = settings.codehost_token.get_secret_value()
+    app_id = settings.github_app_id
+    token = "" if app_id else settings.codehost_token.get_secret_value()
     api = api_client(settings.codehost_api_url, token, retry_base=settings.codehost_retry_base_seconds,
                      metrics=metrics)
-    return GitHub(api, settings.codehost_api_url, token, settings.codehost_webhook_secret.get_secret_value())
+    app = None
+    if app_id:
+        app = AppTokens(app_id, settings.github_app_private_key_file.read_bytes(), api)
+    return GitHub(api, settings.codehost_api_url, token, settings.codehost_webhook_secret.get_secret_value(), app)
 
 
 def api_client(api_url: str, token: str, **options: Any) -> ApiClient:
@@ -67,6 +77,15 @@ class GitHub(ApiCodeHost):
     event_header = "X-GitHub-Event"
     delivery_header = "X-GitHub-Delivery"
     aliases = ("codehost",)  # the spec's path
+
+    def __init__(self, api: ApiClient, url: str, token: str, secret: str, app: AppTokens | None = None) -> None:
+        super().__init__(api, url, token, secret)
+        self.app = app
+
+    def _as(self, owner: str, repo: str) -> dict[str, str]:
+        """The headers a call about `owner/repo` adds: a GitHub App's installation token (else the client's
+        CODEHOST_TOKEN)."""
+        return {"Authorization": f"Bearer {self.app.token_for(owner, repo)}"} if self.app else {}
 
     # Deliveries -----------------------------------------------------------------------------------------
 
@@ -84,11 +103,11 @@ class GitHub(ApiCodeHost):
     # The API --------------------------------------------------------------------------------------------
 
     def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
-        return upsert_issue_comment(self.api, owner, repo, number, comment_id, body)
+        return upsert_issue_comment(self.api, owner, repo, number, comment_id, body, self._as(owner, repo))
 
     def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
         """Among the first 100 comments."""
-        return find_issue_comment(self.api, owner, repo, number, marker, {"per_page": 100})
+        return find_issue_comment(self.api, owner, repo, number, marker, {"per_page": 100}, self._as(owner, repo))
 
     def start_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int | None:
         """No merge of the base branch and no required status checks: the preview deploys exactly the pushed
@@ -96,7 +115,7 @@ class GitHub(ApiCodeHost):
         response = self.api.request("deployment", "POST", f"/repos/{owner}/{repo}/deployments", json={
             "ref": sha, "environment": environment, "description": description[:140], "auto_merge": False,
             "required_contexts": [], "production_environment": False, "transient_environment": True,
-        })
+        }, headers=self._as(owner, repo))
         return int(self.api.check(response).json()["id"])
 
     def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
@@ -107,12 +126,28 @@ class GitHub(ApiCodeHost):
         if url:
             body["environment_url"] = url
         self.api.check(self.api.request("deployment_status", "POST",
-                                        f"/repos/{owner}/{repo}/deployments/{deployment}/statuses", json=body))
+                                        f"/repos/{owner}/{repo}/deployments/{deployment}/statuses", json=body,
+                                        headers=self._as(owner, repo)))
 
     def clone_authorization(self, clone_url: str) -> str | None:
-        return self.token_authorization() if token_applies(clone_url, self.url) else None
+        if not token_applies(clone_url, self.url):
+            return None
+        if self.app is None:
+            return self.token_authorization()
+        # A GitHub App: the token of the installation covering the repository the URL names (/owner/repo[.git]).
+        parts = urlsplit(clone_url).path.strip("/").removesuffix(".git").split("/")
+        if len(parts) != 2:
+            return None
+        try:
+            token = self.app.token_for(*parts)
+        except CodeHostError as exc:
+            log.warning("no installation token for %s: %s", clone_url, exc)
+            return None
+        return "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
 
     def checks(self) -> list[Check]:
+        if self.app is not None:
+            return [self._app_check()]
         name = f"code host API reachable ({self.url})"
         try:
             response = self.api.once("rate_limit", "GET", "/rate_limit")
@@ -130,6 +165,20 @@ class GitHub(ApiCodeHost):
         if not self.token:
             detail += "; no CODEHOST_TOKEN: comments cannot be posted"
         return [Check(name, bool(self.token), detail, "set CODEHOST_TOKEN (pull-request comments need it)")]
+
+
+    def _app_check(self) -> Check:
+        name = f"GitHub App {self.app.app_id if self.app else ''} accepted ({self.url}, GITHUB_APP_ID)"
+        assert self.app is not None
+        try:
+            response = self.api.once("app", "GET", "/app", headers={"Authorization": f"Bearer {self.app.app_jwt()}"})
+        except httpx.HTTPError as exc:
+            return Check(name, False, type(exc).__name__, "check the network, or CODEHOST_API_URL")
+        if response.status_code != 200:
+            return Check(name, False, f"its token was refused ({response.status_code})",
+                         "check GITHUB_APP_ID and that GITHUB_APP_PRIVATE_KEY_FILE is that app's current key")
+        return Check(name, True, f"{str(response.json().get('name', '?'))[:100]}; installed on "
+                                 f"{response.json().get('installations_count', '?')} account(s)")
 
 
 def token_applies(clone_url: str, api_url: str) -> bool:

@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
+
+import jwt
 
 
 @dataclass
@@ -30,6 +34,13 @@ class FakeCodeHost:
     deployments: dict[int, dict[str, Any]] = field(default_factory=dict)
     commit_statuses: list[dict[str, Any]] = field(default_factory=list)  # as posted, oldest first
     prefix: str = ""  # where the API lives under the server's root (Gitea: /api/v1)
+    # A GitHub App (app_id and its public key set): JWTs are checked on the app's endpoints, and every other call
+    # needs an installation token this fake issued and that has not expired.
+    app_id: int | None = None
+    app_public_key: bytes | None = None
+    installations: dict[str, int] = field(default_factory=dict)  # owner/repo -> installation id
+    token_lifetime: float = 3600.0
+    issued: dict[str, float] = field(default_factory=dict)  # installation token -> when it expires (epoch)
     failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 1000
@@ -71,7 +82,7 @@ class FakeCodeHost:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else {}
-                status, payload, headers = fake._route(self.command, self.path, body)
+                status, payload, headers = fake._route(self.command, self.path, body, dict(self.headers.items()))
                 with fake.lock:
                     fake.calls.append(Call(self.command, self.path, body, dict(self.headers.items()), status))
                 data = json.dumps(payload).encode()
@@ -94,7 +105,8 @@ class FakeCodeHost:
             self.server.shutdown()
             self.server.server_close()
 
-    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
+    def _route(self, method: str, path: str, body: dict[str, Any],
+               request_headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
         with self.lock:
             if self.failures:
                 status, headers = self.failures.pop(0)
@@ -117,6 +129,10 @@ class FakeCodeHost:
                 self.commit_statuses.append({"owner": commit[1], "repo": commit[2], "sha": commit[3], **body})
                 self.next_id += 1
                 return 201, {"id": self.next_id, "status": body["state"]}, {}
+            if self.app_id is not None and not path.endswith("/info/refs"):
+                refused = self._app(method, path, request_headers or {})
+                if refused is not None:
+                    return refused
             if method == "GET" and path == "/rate_limit":
                 return 200, {"resources": {"core": {"limit": 5000, "remaining": 4999, "reset": 0}}}, {}
             created = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues/(\d+)/comments", path)
@@ -194,3 +210,34 @@ class FakeCodeHost:
             self.next_id += 1
             return 201, {"id": self.next_id, "status": body["state"]}, {}
         return 404, {"message": "404 Not found"}, {}
+
+    def _app(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, Any, dict[str, str]] | None:
+        """A GitHub App's calls (the lock is held): an answer, or None when the call may go on."""
+        bearer = (headers.get("Authorization") or "").removeprefix("Bearer ")
+        app_call = re.fullmatch(r"/repos/([^/]+)/([^/]+)/installation", path) or path == "/app" or \
+            re.fullmatch(r"/app/installations/(\d+)/access_tokens", path)
+        if app_call:
+            try:  # what GitHub checks of the app's token: RS256 by the app's key, its id, at most 10 minutes
+                claims = jwt.decode(bearer, self.app_public_key, algorithms=["RS256"], issuer=str(self.app_id),
+                                    options={"require": ["iat", "exp", "iss"]}, leeway=60)
+            except jwt.PyJWTError as exc:
+                return 401, {"message": f"A JSON web token could not be decoded: {exc}"}, {}
+            if claims["exp"] - claims["iat"] > 660:
+                return 401, {"message": "'Expiration time' claim ('exp') is too far in the future"}, {}
+            installation = re.fullmatch(r"/repos/([^/]+)/([^/]+)/installation", path)
+            if installation:
+                found = self.installations.get(f"{installation[1]}/{installation[2]}")
+                return (200, {"id": found}, {}) if found else (404, {"message": "Not Found"}, {})
+            if path == "/app":
+                return 200, {"name": "preview-app", "installations_count": len(set(self.installations.values()))}, {}
+            tokens = re.fullmatch(r"/app/installations/(\d+)/access_tokens", path)
+            if method == "POST" and tokens and int(tokens[1]) in self.installations.values():
+                self.next_id += 1
+                token, expires = f"ghs_fake_{self.next_id}", time.time() + self.token_lifetime
+                self.issued[token] = expires
+                stamp = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                return 201, {"token": token, "expires_at": stamp}, {}
+            return 404, {"message": "Not Found"}, {}
+        if self.issued.get(bearer, 0) <= time.time():
+            return 401, {"message": "Bad credentials"}, {}
+        return None
