@@ -85,6 +85,12 @@ def test_render_shows_a_placeholder_for_the_password_unless_asked(tmp_path: Path
     shown_old = yaml.safe_load(kept.stdout)["services"]["db"]["environment"]["POSTGRES_PASSWORD"]
     assert shown_old == make_context("Acme", "api", 4, 8000, 9000, b"k" * 64, secrets_scope="deployment").db_password
     assert shown_old != expected
+    # a Gitea preview's password is keyed by its own host's identity
+    track(state / "deployments.json", sample_record(4, "Acme", "api", codehost="gitea", secretsScope="repository"))
+    gitea = cli("render", str(repo), "--owner", "Acme", "--repo", "api", "--pr", "4", "--show-secrets", **env)
+    shown_gitea = yaml.safe_load(gitea.stdout)["services"]["db"]["environment"]["POSTGRES_PASSWORD"]
+    assert shown_gitea == make_context("Acme", "api", 4, 8000, 9000, b"k" * 64,
+                                       repository="gitea/acme/api").db_password != expected
 
 
 def test_render_of_an_invalid_checkout_exits_non_zero(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -337,3 +338,30 @@ def test_doctor_names_allowed_repositories_of_hosts_that_are_off(make_settings: 
     check = _allowed_hosts(settings, ["github"])
     assert not check.ok and check.detail == "gitae: no such code host is on (github are)"
     assert _allowed_hosts(make_settings(), ["github"]).ok
+
+
+def test_the_service_s_own_events_of_a_gitea_preview_report_to_gitea(fake_gitea: FakeCodeHost,
+                                                                      make_settings: SettingsFactory,
+                                                                      tmp_path: Path) -> None:
+    """Sleep, wake, the TTL and start-up make their events from the record: they reach the record's host."""
+    from orchestrator.flows.reporting import Reporter
+    from orchestrator.rendering.plugin_host import CodeHosts
+    from orchestrator.state.records import event_for_record
+    from orchestrator.state.store import DeploymentStore
+    from tests.support.records import sample_record, track
+
+    settings = make_settings()
+    record = sample_record(2, "gitea", "webhooks", codehost="gitea")
+    track(settings.deployments_db, record)
+    event = event_for_record(record, "sleep", "sleep-1")
+    assert (event.codehost, event.repository) == ("gitea", "gitea/gitea/webhooks")
+    github = FakeCodeHost().start()
+    try:
+        hosts = CodeHosts([gitea_host(fake_gitea), *build_plugin_host(load_entry_points=False).codehosts(
+            make_settings(codehost_api_url=github.url), Metrics())])
+        reporter = Reporter(hosts, DeploymentStore(settings.deployments_db), settings)
+        reporter.comment(event, None, "The preview is asleep")
+        assert [c["body"] for c in fake_gitea.comments_on("gitea", "webhooks", 2)] == ["The preview is asleep"]
+        assert github.calls == []  # nothing went to GitHub
+    finally:
+        github.stop()

@@ -51,10 +51,12 @@ def render(args: argparse.Namespace) -> int:
     from orchestrator.runtime.compose_cli import Compose
 
     settings, host = plugin_host_or_exit()
-    key, scope = secrets_of(args.owner, args.repo, args.pr) if args.show_secrets else (None, "repository")
+    key, scope, repository = (secrets_of(args.owner, args.repo, args.pr) if args.show_secrets
+                              else (None, "repository", None))
     try:
         context = make_context(args.owner, args.repo, args.pr, args.app_port, args.db_port, key,
-                               settings.image_overrides, settings.build_cache_mounts, secrets_scope=scope)
+                               settings.image_overrides, settings.build_cache_mounts, repository=repository,
+                               secrets_scope=scope)
         config = load_checkout_config(host, args.dir)
         compose = Compose(60, HostEnv.for_state_dir(args.dir))
         rendered = render_deployment(host, args.dir.resolve(), config, context, compose.normalized)
@@ -76,11 +78,12 @@ def render(args: argparse.Namespace) -> int:
     return 0
 
 
-def secrets_of(owner: str, repo: str, pr: int) -> tuple[bytes, str]:
-    """For `render --show-secrets` (run where the service runs): the service's database password key, and the
-    preview's `secretsScope` — one deployed before secrets were keyed by repository keeps its volume's password
-    — else what a new preview gets."""
-    from orchestrator.common.naming import CODEHOST, deployment_id, project_slug, repository_identity
+def secrets_of(owner: str, repo: str, pr: int) -> tuple[bytes, str, str | None]:
+    """For `render --show-secrets` (run where the service runs): the service's database password key, and what the
+    preview's record says its secrets are keyed by — its `secretsScope` (one deployed before secrets were keyed by
+    repository keeps its volume's password) and its repository identity (its code host's: GitHub, Gitea,
+    GitLab) — else what a new GitHub preview gets."""
+    from orchestrator.common.naming import deployment_id, project_slug
     from orchestrator.state.store import DeploymentStore, StoreError
 
     settings = settings_or_exit()
@@ -93,11 +96,11 @@ def secrets_of(owner: str, repo: str, pr: int) -> tuple[bytes, str]:
     try:
         record = DeploymentStore(settings.deployments_db).read().deployments.get(
             deployment_id(project_slug(owner, repo), pr))
-    except (StoreError, OSError):
+    except (StoreError, OSError, ValueError):
         record = None
-    if record is None or record.repository != repository_identity(CODEHOST, owner, repo):
-        return key, "repository"
-    return key, record.secretsScope
+    if record is None or (record.repoOwner.lower(), record.repoName.lower()) != (owner.lower(), repo.lower()):
+        return key, "repository", None
+    return key, record.secretsScope, record.repository
 
 
 def init(args: argparse.Namespace) -> int:
