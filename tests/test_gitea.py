@@ -336,8 +336,10 @@ def test_doctor_names_allowed_repositories_of_hosts_that_are_off(make_settings: 
 
     settings = make_settings(allowed_repos=f"{FIXTURE_REPO},gitae:{GITEA_REPO}")
     check = _allowed_hosts(settings, ["github"])
-    assert not check.ok and check.detail == "gitae: no such code host is on (github are)"
-    assert _allowed_hosts(make_settings(), ["github"]).ok
+    assert check is not None and not check.ok and check.detail == "gitae: no such code host is on (github are)"
+    assert _allowed_hosts(make_settings(), ["github"]) is None  # GitHub only: no line
+    on = _allowed_hosts(make_settings(allowed_repos=f"gitea:{GITEA_REPO}"), ["github", "gitea"])
+    assert on is not None and on.ok
 
 
 def test_the_service_s_own_events_of_a_gitea_preview_report_to_gitea(fake_gitea: FakeCodeHost,

@@ -64,17 +64,22 @@ def _codehost_checks(settings: Settings) -> list[Check]:
         lines = [check for host in hosts for check in run_all_safely(host.checks, f"the code host {host.name}")]
     finally:
         hosts.close()
-    return [*lines, _allowed_hosts(settings, hosts.names())]
+    allowed = _allowed_hosts(settings, hosts.names())
+    return [*lines, allowed] if allowed is not None else lines
 
 
-def _allowed_hosts(settings: Settings, on: list[str]) -> Check:
-    """ALLOWED_REPOS entries of a code host that is off (or misspelt) allow nothing: say so."""
+def _allowed_hosts(settings: Settings, on: list[str]) -> Check | None:
+    """ALLOWED_REPOS entries of a code host that is off (or misspelt) allow nothing: say so. None without
+    entries of another host than GitHub."""
+    named = {entry.split(":", 1)[0] for entry in settings.allowed_repos if ":" in entry}
+    if not named:
+        return None
     name = "ALLOWED_REPOS names code hosts that are on"
-    prefixes = sorted({entry.split(":", 1)[0] for entry in settings.allowed_repos if ":" in entry} - set(on))
-    if prefixes:
-        return Check(name, False, f"{', '.join(prefixes)}: no such code host is on ({', '.join(on)} are)",
+    off = sorted(named - set(on))
+    if off:
+        return Check(name, False, f"{', '.join(off)}: no such code host is on ({', '.join(on)} are)",
                      "set that host's webhook secret (docs/codehosts.md), or fix the prefix")
-    return Check(name, True, ", ".join(on))
+    return Check(name, True, ", ".join(sorted(named)))
 
 
 def _runtime_checks(settings: Settings) -> list[Check]:
