@@ -8,7 +8,7 @@ HMAC-SHA256 of the raw body, without a prefix. Every pull-request delivery has t
 
 The API is GITEA_URL/api/v1 with GITEA_TOKEN (`Authorization: token …`): the pull request's one comment through
 the issue-comments API, created then edited, and a commit status (context `preview-orchestrator`) on the head
-commit: pending while it builds, success with the preview's URL, failure; on close the link is taken away.
+commit: pending while it builds, success with the preview's URL, failure; a removal leaves it as it is.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ NAME = "gitea"
 CONTEXT = "preview-orchestrator"
 # Gitea's default WORK_IN_PROGRESS_PREFIXES, compared ignoring case; Gitea 1.22+ also sends `draft`.
 WIP_PREFIXES = ("wip:", "[wip]")
-# The service's states as commit statuses (pending, success, error, failure, warning). `inactive` (the preview
-# is gone): success without a link, so the commit keeps its check and loses the dead URL.
-COMMIT_STATES = {"in_progress": "pending", "success": "success", "failure": "failure", "inactive": "success"}
+# The service's states as commit statuses (pending, success, error, failure, warning). `inactive` (the preview is
+# gone) has none: a status stays as it was, never turning a failure into a success.
+COMMIT_STATES = {"in_progress": "pending", "success": "success", "failure": "failure"}
 ACTIONS = {"opened": "opened", "reopened": "reopened", "synchronized": "synchronize", "closed": "closed",
            "label_updated": "labels_changed", "label_cleared": "labels_changed"}
 
@@ -172,7 +172,7 @@ class Gitea(ApiCodeHost):
 
     def set_status(self, owner: str, repo: str, sha: str | None, deployment: int | None, state: str,
                    description: str, url: str | None = None) -> None:
-        if not sha:
+        if not sha or state not in COMMIT_STATES:
             return
         body: dict[str, Any] = {"state": COMMIT_STATES[state], "context": CONTEXT, "description": description[:140]}
         if url and state == "success":

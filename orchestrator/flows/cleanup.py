@@ -57,9 +57,7 @@ class CleanupFlow:
         forget(self.c.store, event.deployment_id)
         if existing is not None and existing.commentId is not None:
             self.reporter.comment(event, existing.commentId, comments.removed())
-        if existing is not None and existing.status != "failed":
-            # On the deployment (GitHub), or the deployed commit's status (Gitea: success without the link); a
-            # failure stays a failure, so removing a failed preview never turns its commit's check green.
+        if existing is not None:  # the deployment (GitHub) becomes inactive; hosts without deployments decide
             self.reporter.status(event, existing.codehostDeploymentId, "inactive", "Preview removed",
                                  sha=existing.commitSha or None)
         log.info("cleaned up", extra=extra)
