@@ -26,10 +26,6 @@ IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 
 MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
 
-# Variables whose values must never be echoed, even in an error about themselves.
-SECRET_VARIABLES = frozenset({"CODEHOST_TOKEN", "CODEHOST_WEBHOOK_SECRET", "GITEA_TOKEN", "GITEA_WEBHOOK_SECRET",
-                              "GITLAB_TOKEN", "GITLAB_WEBHOOK_SECRET", "SWARM_REGISTRY_PASSWORD"})
-
 
 class SettingsError(Exception):
     """Start-up configuration is invalid; `lines` has one human sentence per bad variable."""
@@ -387,13 +383,20 @@ class Settings(PluginSettings):
     def allowed_for(self, codehost: str) -> frozenset[str]:
         """The allowed repositories of one code host, `owner/repo` lower case: `{codehost}:owner/repo` entries,
         and for GitHub the entries without a prefix (the spec's form)."""
-        found = set()
+        return frozenset(repo for host, repo in self._allowed_entries() if host == codehost)
+
+    @property
+    def allowed_codehosts(self) -> frozenset[str]:
+        """The code hosts ALLOWED_REPOS names (GitHub for the entries without a prefix)."""
+        return frozenset(host for host, _ in self._allowed_entries())
+
+    def _allowed_entries(self) -> list[tuple[str, str]]:
+        """Each ALLOWED_REPOS entry as (code host, `owner/repo` lower case)."""
+        entries = []
         for entry in self.allowed_repos:
             match = HOST_PREFIX.match(entry)
-            host = match[1] if match else DEFAULT_CODEHOST
-            if host == codehost:
-                found.add(entry[match.end():].lower() if match else entry.lower())
-        return frozenset(found)
+            entries.append((match[1], entry[match.end():].lower()) if match else (DEFAULT_CODEHOST, entry.lower()))
+        return entries
 
     def secret_values(self) -> list[str]:
         return [

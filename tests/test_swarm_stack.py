@@ -297,17 +297,20 @@ def test_doctor_shows_the_runtimes_own_lines(make_settings: SettingsFactory, mon
     swarm's, against an engine that is no swarm manager (a socket nobody serves)."""
     from orchestrator.cli.doctor import _runtime_checks
     from orchestrator.plugin_api.runtime import runtime_checks
+    from orchestrator.rendering.plugin_host import build_plugin_host
 
     assert runtime_checks(types.SimpleNamespace()) == []  # type: ignore[arg-type]
     lines = [check.line() for check in runtime_checks(
         types.SimpleNamespace(checks=lambda: [Check("the flux capacitor", False, "cold", "warm it")]))]  # type: ignore[arg-type]
     assert lines == ["✗ the flux capacitor: cold — fix: warm it"]
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    checks = _runtime_checks(make_settings(runtime="swarm", swarm_registry="127.0.0.1:9", swarm_registry_scheme="http"))
+    plugins = build_plugin_host(load_entry_points=False)
+    checks = _runtime_checks(make_settings(runtime="swarm", swarm_registry="127.0.0.1:9", swarm_registry_scheme="http"),
+                             plugins)
     names = [check.name for check in checks]
     assert names[0] == "this Docker engine is a swarm manager (RUNTIME=swarm)" and checks[0].hard
     assert not checks[0].ok and "registry garbage collection (SWARM_REGISTRY_GC_COMMAND)" in names
-    [unknown] = _runtime_checks(make_settings(runtime="nosuch"))
+    [unknown] = _runtime_checks(make_settings(runtime="nosuch"), plugins)
     assert unknown.hard and not unknown.ok and "RUNTIME 'nosuch' is not provided" in unknown.detail
 
 

@@ -30,8 +30,8 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely
 from orchestrator.plugin_api.runtime import runtime_checks
-from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
-from orchestrator.settings import Settings
+from orchestrator.rendering.plugin_host import PluginError, PluginHost, build_plugin_host
+from orchestrator.settings import DEFAULT_CODEHOST, Settings
 from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
 
@@ -48,16 +48,24 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
         lambda: _allowed_repos(settings), lambda: _origins(settings),
     ]
+    try:
+        plugins: PluginHost | PluginError = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    except PluginError as exc:
+        plugins = exc
+    except Exception as exc:  # noqa: BLE001 - plugins that break are doctor's lines, never its crash
+        plugins = PluginError(f"the plugins could not be loaded ({type(exc).__name__}: {exc})")
     with ThreadPoolExecutor(max_workers=len(probes) + 2) as pool:
-        hosts = pool.submit(_codehost_checks, settings)  # each code host's own lines (API, token)
-        own = pool.submit(_runtime_checks, settings)  # the runtime's own lines (a swarm's nodes, registry)
+        hosts = pool.submit(_codehost_checks, settings, plugins)  # each code host's own lines (API, token)
+        own = pool.submit(_runtime_checks, settings, plugins)  # the runtime's own lines (a swarm's nodes, registry)
         return [*pool.map(run_safely, probes), *hosts.result(), *own.result()]
 
 
-def _codehost_checks(settings: Settings) -> list[Check]:
+def _codehost_checks(settings: Settings, plugins: PluginHost | PluginError) -> list[Check]:
     """The lines of every code host that is on (GitHub always: its secret is required)."""
     try:
-        hosts = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins).codehosts(settings, Metrics())
+        if isinstance(plugins, PluginError):
+            raise plugins
+        hosts = plugins.codehosts(settings, Metrics())
     except PluginError as exc:
         return [Check("the code hosts", False, str(exc), "disable the plugin that fails")]
     try:
@@ -71,7 +79,7 @@ def _codehost_checks(settings: Settings) -> list[Check]:
 def _allowed_hosts(settings: Settings, on: list[str]) -> Check | None:
     """ALLOWED_REPOS entries of a code host that is off (or misspelt) allow nothing: say so. None without
     entries of another host than GitHub."""
-    named = {entry.split(":", 1)[0] for entry in settings.allowed_repos if ":" in entry}
+    named = settings.allowed_codehosts - {DEFAULT_CODEHOST}
     if not named:
         return None
     name = "ALLOWED_REPOS names code hosts that are on"
@@ -82,10 +90,11 @@ def _allowed_hosts(settings: Settings, on: list[str]) -> Check | None:
     return Check(name, True, ", ".join(sorted(named)))
 
 
-def _runtime_checks(settings: Settings) -> list[Check]:
+def _runtime_checks(settings: Settings, plugins: PluginHost | PluginError) -> list[Check]:
     name = f"the runtime (RUNTIME={settings.runtime})"
     try:
-        plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+        if isinstance(plugins, PluginError):
+            raise plugins
         runtime = plugins.runtime(settings.runtime, settings)
         return runtime_checks(runtime)
     except PluginError as exc:

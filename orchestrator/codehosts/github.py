@@ -9,7 +9,6 @@ too; a delivery that also carries theirs is not GitHub's and is refused here (it
 
 from __future__ import annotations
 
-import base64
 import logging
 from typing import Any
 from urllib.parse import urlsplit
@@ -139,15 +138,14 @@ class GitHub(ApiCodeHost):
         if len(parts) != 2:
             return None
         try:
-            token = self.app.token_for(*parts)
+            return self.token_authorization(self.app.token_for(*parts))
         except CodeHostError as exc:
             log.warning("no installation token for %s: %s", clone_url, exc)
             return None
-        return "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
 
     def checks(self) -> list[Check]:
         if self.app is not None:
-            return [self._app_check()]
+            return [self._app_check(self.app)]
         name = f"code host API reachable ({self.url})"
         try:
             response = self.api.once("rate_limit", "GET", "/rate_limit")
@@ -167,11 +165,10 @@ class GitHub(ApiCodeHost):
         return [Check(name, bool(self.token), detail, "set CODEHOST_TOKEN (pull-request comments need it)")]
 
 
-    def _app_check(self) -> Check:
-        name = f"GitHub App {self.app.app_id if self.app else ''} accepted ({self.url}, GITHUB_APP_ID)"
-        assert self.app is not None
+    def _app_check(self, app: AppTokens) -> Check:
+        name = f"GitHub App {app.app_id} accepted ({self.url}, GITHUB_APP_ID)"
         try:
-            response = self.api.once("app", "GET", "/app", headers={"Authorization": f"Bearer {self.app.app_jwt()}"})
+            response = self.api.once("app", "GET", "/app", headers={"Authorization": f"Bearer {app.app_jwt()}"})
         except httpx.HTTPError as exc:
             return Check(name, False, type(exc).__name__, "check the network, or CODEHOST_API_URL")
         if response.status_code != 200:

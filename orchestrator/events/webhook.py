@@ -12,7 +12,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from orchestrator.common.naming import SHA_PATTERN, branch_problem, deployment_id, project_slug
+from orchestrator.common.naming import CODEHOST, SHA_PATTERN, branch_problem, deployment_id, project_slug
 from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, PullRequestChange, WebhookRejected
 from orchestrator.state.records import MAX_PR_NUMBER, PullRequestEvent
@@ -52,7 +52,7 @@ def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
     if not _DELIVERY_PATTERN.match(header):
         raise WebhookRejected(400, f"Invalid {host.delivery_header} header")
     # Ids are unique per host, not between hosts: another host's are kept apart by its name (GitHub's as they are).
-    return header if host.name == "github" else f"{host.name}:{header}"
+    return header if host.name == CODEHOST else f"{host.name}:{header}"
 
 
 def _event(codehost: str, change: PullRequestChange, action: str, delivery_id: str) -> PullRequestEvent:

@@ -66,7 +66,7 @@ class FlowContext:
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))
-        self._secrets = list(dict.fromkeys([*settings.secret_values(), *codehosts.secrets()]))
+        self._secrets = codehosts.masked(settings.secret_values())
         self._password_key: bytes | None = None
 
     def target(self, slug: str, pr: int, deployment_id: str) -> Target:

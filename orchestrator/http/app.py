@@ -133,7 +133,7 @@ def create_app(
     app.add_route("/api/plugins", PluginListResource(plugins))
     app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
-    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, settings.secret_values())
+    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, codehosts.masked(settings.secret_values()))
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
     # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
     access = PreviewAccess(settings, store)

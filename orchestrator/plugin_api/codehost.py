@@ -244,12 +244,14 @@ class ApiCodeHost(CodeHost):
         ours = (own.scheme, (own.hostname or "").lower(), own.port)
         return self.token_authorization() if (clone.scheme, clone.hostname.lower(), clone.port) == ours else None
 
-    def token_authorization(self) -> str | None:
-        """The token as git's Authorization header (`Basic x-access-token:TOKEN`, which GitHub, Gitea and Forgejo
-        accept), or None without one; `clone_authorization` decides for which clone URLs."""
-        if not self.token:
+    def token_authorization(self, token: str | None = None) -> str | None:
+        """A token (the host's own by default) as git's Authorization header (`Basic x-access-token:TOKEN`, which
+        GitHub, Gitea, Forgejo and GitLab accept), or None without one; `clone_authorization` decides for which
+        clone URLs."""
+        token = self.token if token is None else token
+        if not token:
             return None
-        return "Basic " + base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
+        return "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
 
     def close(self) -> None:
         self.api.close()

@@ -82,8 +82,9 @@ class CodeHosts:
         host = self.get(codehost)
         return host.clone_authorization(clone_url) if host is not None else None
 
-    def secrets(self) -> list[str]:
-        return [value for host in self for value in host.secrets()]
+    def masked(self, others: Iterable[str]) -> list[str]:
+        """What logs and deployment logs mask: `others` (the settings' secrets) and every host's, once each."""
+        return list(dict.fromkeys([*others, *(value for host in self for value in host.secrets())]))
 
     def close(self) -> None:
         for host in self:

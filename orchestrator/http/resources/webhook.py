@@ -40,19 +40,19 @@ class WebhookResource:
         self._dispatcher = dispatcher
 
     async def on_post(self, req: Request, resp: Response) -> None:
-        event_type = req.get_header(self._host.event_header) if self._host.event_header else None
+        headers = {name.lower(): value for name, value in req.headers.items()}
+        event_type = self._host.event_name(Delivery(headers, b""))  # the host's own reading (Forgejo's header too)
         # Only known event names become label values: the header is the sender's and labels must stay few.
         event_label = event_type if event_type in KNOWN_EVENTS else "other"
         try:
-            await self._receive(req, resp)
+            await self._receive(req, resp, headers)
         except falcon.HTTPError as error:
             self._metrics.webhooks.labels(event_label, OUTCOMES.get(error.status_code, "error")).inc()
             raise
         self._metrics.webhooks.labels(event_label, resp.context.get("outcome", "accepted")).inc()
 
-    async def _receive(self, req: Request, resp: Response) -> None:
-        body = await _read_body(req)
-        delivery = Delivery({name.lower(): value for name, value in req.headers.items()}, body)
+    async def _receive(self, req: Request, resp: Response, headers: dict[str, str]) -> None:
+        delivery = Delivery(headers, await _read_body(req))
         try:
             foreign = self._host.claims(delivery)
             if foreign:
