@@ -25,7 +25,7 @@ from orchestrator.adapters.nginx_site import includes_routes, includes_servers, 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import preview_host_label
 from orchestrator.settings import SettingsError, load_settings
-from tests.support.browser import chromium
+from tests.support.browser import chromium, open_page, page_summary
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port
 from tests.support.nginx import Nginx, subject_of
@@ -340,9 +340,9 @@ def log_in_with_a_browser(link: str, prefix: str, screenshot: str, **browser_opt
     preview's own page — a screenshot of each page goes to test-artifacts/."""
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium(**browser_options) as browser:
-        browser.get(link)
+        open_page(browser, link)
         landed = urlsplit(browser.current_url)
-        assert landed.path == f"{prefix}auth/login", browser.current_url
+        assert landed.path == f"{prefix}auth/login", page_summary(browser)
         assert browser.title == "Sign in"
         browser.save_screenshot(str(ARTIFACTS / f"{screenshot}-login.png"))
         browser.find_element("name", "user").send_keys("reviewer")

@@ -26,7 +26,8 @@ def chromium(width: int = 1280, height: int = 720, *, resolve_to_loopback: str |
         raise RuntimeError("chromium and chromium-driver are not installed; run scripts/prepare-test-host")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    # --no-proxy-server: a proxy in the environment (http_proxy) would otherwise carry *.preview.test away
+    for flag in ("--headless=new", "--no-sandbox", "--no-proxy-server", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
                  "--disable-sync", "--no-first-run", "--metrics-recording-only", "--disable-extensions",
                  f"--window-size={width},{height}"):
@@ -42,3 +43,26 @@ def chromium(width: int = 1280, height: int = 720, *, resolve_to_loopback: str |
         yield driver
     finally:
         driver.quit()
+
+
+def open_page(browser: webdriver.Chrome, url: str, attempts: int = 3) -> None:
+    """`browser.get(url)`, again (at most `attempts` times) only while Chromium shows its own network-error page —
+    a connection refused or reset on the way, never a page the server answered. The last error is in the
+    assertion's message of whatever the caller checks next."""
+    for _ in range(attempts):
+        browser.get(url)
+        if not network_error(browser):
+            return
+
+
+def network_error(browser: webdriver.Chrome) -> str | None:
+    """Chromium's error page carries the net error code (ERR_CONNECTION_RESET and the like) in its text."""
+    text = browser.execute_script("return document.body ? document.body.innerText : ''") or ""
+    codes = [word for word in text.split() if word.startswith(("ERR_", "NET::ERR_"))]
+    return codes[0] if codes else None
+
+
+def page_summary(browser: webdriver.Chrome) -> str:
+    """What a failed check prints: where the browser is, the title, and the start of the page's text."""
+    text = browser.execute_script("return document.body ? document.body.innerText : ''") or ""
+    return f"{browser.current_url} title={browser.title!r} text={text[:300]!r}"
