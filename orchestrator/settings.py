@@ -176,6 +176,11 @@ class Settings(PluginSettings):
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
     ttl_check_interval_seconds: float = Field(default=3600.0, gt=0)
+    # Level-triggered against the code host: at start-up and this often the open pull requests of every allowed
+    # repository are compared with the previews, and what no webhook said is corrected (0: off).
+    reconcile_interval_minutes: float = Field(default=10.0, ge=0, le=1440)
+    # How long the delivery log (GET /api/deliveries) keeps each webhook received, with the event to replay.
+    delivery_log_days: float = Field(default=14.0, gt=0, le=365)
     # A cleanup that left something behind (a swarm node down) keeps its record and is tried again this often.
     cleanup_retry_interval_seconds: float = Field(default=300.0, gt=0)
     # How often running previews are checked with the runtime for a loss it can see (a swarm node that left).

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,10 @@ from tests.support.handlers import RecordingHandler
 from tests.support.payloads import FIXTURE_REPO, SECRET
 
 SettingsFactory = Callable[..., Settings]
+
+# The code host reconcile (on by default) would ask CODEHOST_API_URL — api.github.com unless a test says otherwise —
+# at every app's start-up: tests that want it set RECONCILE_INTERVAL_MINUTES themselves (tests/test_reconcile*.py).
+os.environ["RECONCILE_INTERVAL_MINUTES"] = "0"
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from orchestrator.plugin_api import Check, hookimpl
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
+    CodeHostError,
     CodeHostSpec,
     Delivery,
     Ignored,
@@ -113,6 +114,21 @@ def _wip(title: Any) -> bool:
     return str(title)[:1000].strip().lower().startswith(WIP_PREFIXES)
 
 
+def _change(action: str, pr: _PullRequest, repository: _Repo) -> PullRequestChange:
+    """A pull request of `repository` (a delivery's or a listing's) in the service's words."""
+    owner, _, name = repository.full_name.partition("/")
+    head_repo = pr.head.repo
+    # An AGit pull request (pushed to refs/for/… without a fork) names the base repository as its head and a pull
+    # ref as its branch: its author need not be able to push there, so it counts as a fork's.
+    agit = (pr.head.ref or "").startswith("refs/")
+    return PullRequestChange(
+        action=action, owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
+        clone_url=(head_repo.clone_url if head_repo else None) or repository.clone_url,
+        head_repository=head_repo.full_name if head_repo and not agit else None, base_ref=pr.base.ref,
+        updated_at=pr.updated_at, draft=pr.draft or _wip(pr.title), labels=labels_of(pr.labels, "name"),
+        open=pr.state == "open")
+
+
 class Gitea(ApiCodeHost):
     name = NAME
     event_header = "X-Gitea-Event"
@@ -150,18 +166,22 @@ class Gitea(ApiCodeHost):
                       else "converted_to_draft" if draft and not was_draft else None)
         if action is None:
             return Ignored(f"pull_request action {payload.action!r} is not handled")
-        owner, _, name = payload.repository.full_name.partition("/")
-        head_repo = pr.head.repo
-        # An AGit pull request (pushed to refs/for/… without a fork) names the base repository as its head and a
-        # pull ref as its branch: its author need not be able to push there, so it counts as a fork's.
-        agit = (pr.head.ref or "").startswith("refs/")
-        return PullRequestChange(
-            action=action, owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
-            clone_url=(head_repo.clone_url if head_repo else None) or payload.repository.clone_url,
-            head_repository=head_repo.full_name if head_repo and not agit else None, base_ref=pr.base.ref,
-            updated_at=pr.updated_at, draft=draft, labels=labels_of(pr.labels, "name"), open=pr.state == "open")
+        return _change(action, pr, payload.repository)
 
     # The API --------------------------------------------------------------------------------------------
+
+    def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
+        """`GET /repos/{owner}/{repo}/pulls?state=open`, 50 a page (Gitea's default maximum)."""
+        changes = []
+        for item in self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "limit": 50}):
+            try:
+                pr = _PullRequest.model_validate(item)
+            except ValidationError as exc:
+                raise CodeHostError("the open pull requests' listing: " + describe_problems(exc)) from None
+            if pr.base.repo is None:
+                raise CodeHostError(f"the open pull requests' listing: #{pr.number} has no base repository")
+            changes.append(_change("opened", pr, pr.base.repo))
+        return changes
 
     def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
         return upsert_issue_comment(self.api, owner, repo, number, comment_id, body)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.codehosts.github_app import AppTokens
-from orchestrator.codehosts.github_payload import parse_pull_request
+from orchestrator.codehosts.github_payload import listed_pull_request, parse_pull_request
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api import Check, hookimpl
 from orchestrator.plugin_api.codehost import (
@@ -107,6 +107,12 @@ class GitHub(ApiCodeHost):
     def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
         """Among the first 100 comments."""
         return find_issue_comment(self.api, owner, repo, number, marker, {"per_page": 100}, self._as(owner, repo))
+
+    def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
+        """`GET /repos/{owner}/{repo}/pulls?state=open`, 100 a page, each page conditional (ETag)."""
+        items = self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "per_page": 100},
+                               self._as(owner, repo))
+        return [listed_pull_request(item) for item in items]
 
     def start_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int | None:
         """No merge of the base branch and no required status checks: the preview deploys exactly the pushed

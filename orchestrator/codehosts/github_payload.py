@@ -13,6 +13,7 @@ from orchestrator.common.naming import SHA_PATTERN, branch_problem
 from orchestrator.common.problems import describe_problems
 from orchestrator.plugin_api.codehost import (
     ACTIONS,
+    CodeHostError,
     Ignored,
     PayloadModel,
     PullRequestChange,
@@ -110,6 +111,38 @@ def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange
         clone_url=(head_repo.clone_url if head_repo else None) or repository.clone_url,
         head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
         updated_at=pr.updated_at, **gating_facts(document))
+
+
+class ListedRepository(PayloadModel):
+    full_name: str = Field(max_length=200, pattern=r"^[^/]+/[^/]+$")
+    clone_url: str | None = Field(default=None, max_length=2048)
+
+
+class ListedBase(Base):
+    repo: ListedRepository
+
+
+class ListedPullRequest(PullRequest):
+    """An item of `GET /repos/{owner}/{repo}/pulls`: a pull request as a delivery carries it, its base's
+    repository inside."""
+
+    base: ListedBase
+
+
+def listed_pull_request(item: Any) -> PullRequestChange:
+    """One open pull request of a listing as the `opened` change a delivery would have said; CodeHostError for an
+    item that is not what GitHub lists (the whole listing is then not used)."""
+    try:
+        pr = ListedPullRequest.model_validate(item)
+    except ValidationError as exc:
+        raise CodeHostError("the open pull requests' listing: " + describe_problems(exc)) from None
+    owner, _, name = pr.base.repo.full_name.partition("/")
+    head_repo = pr.head.repo
+    return PullRequestChange(
+        action="opened", owner=owner, name=name, number=pr.number, head_ref=pr.head.ref, head_sha=pr.head.sha,
+        clone_url=(head_repo.clone_url if head_repo else None) or pr.base.repo.clone_url,
+        head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
+        updated_at=pr.updated_at, **gating_facts({"pull_request": item}))
 
 
 def gating_facts(document: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from orchestrator.plugin_api import Check, hookimpl
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
+    CodeHostError,
     CodeHostSpec,
     Delivery,
     Ignored,
@@ -96,6 +97,28 @@ class _Attributes(PayloadModel):
     work_in_progress: bool = False
     source: _Project | None = None
     state: str = Field(default="opened", max_length=20)
+    updated_at: str | None = Field(default=None, max_length=40)
+
+
+class _ListedProject(PayloadModel):
+    """`GET /projects/{id}`: the part the listing needs."""
+
+    id: int
+    path_with_namespace: str = Field(max_length=1000)
+    http_url_to_repo: str | None = Field(default=None, max_length=2048)
+
+
+class _ListedMergeRequest(PayloadModel):
+    """An item of `GET /projects/{id}/merge_requests?state=opened`."""
+
+    iid: int = Field(ge=1)
+    sha: str | None = Field(default=None, max_length=64)
+    source_branch: str | None = Field(default=None, max_length=255)
+    target_branch: str | None = Field(default=None, max_length=255)
+    source_project_id: int | None = None
+    draft: bool = False
+    work_in_progress: bool = False
+    labels: Any = None  # names, read leniently
     updated_at: str | None = Field(default=None, max_length=40)
 
 
@@ -173,6 +196,47 @@ class GitLab(ApiCodeHost):
     @staticmethod
     def _project(owner: str, repo: str) -> str:
         return quote(f"{owner}/{repo}", safe="")
+
+    def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
+        """`GET /projects/{path}/merge_requests?state=opened`, 100 a page; the project itself (and a fork's source
+        project) for the clone URLs, which the listing does not carry."""
+        project = self._project_info(self._project(owner, repo))
+        if project is None:
+            raise CodeHostError(f"project {owner}/{repo} not found")
+        base_owner, _, name = project.path_with_namespace.rpartition("/")
+        sources: dict[int, _ListedProject | None] = {project.id: project}
+        changes = []
+        items = self.api.paged("merge_requests", f"/projects/{project.id}/merge_requests",
+                               {"state": "opened", "per_page": 100})
+        for item in items:
+            try:
+                mr = _ListedMergeRequest.model_validate(item)
+                updated = _time(mr.updated_at)
+            except (ValidationError, WebhookRejected) as exc:
+                problem = describe_problems(exc) if isinstance(exc, ValidationError) else exc.message
+                raise CodeHostError(f"the open merge requests' listing: {problem}") from None
+            source_id = mr.source_project_id if mr.source_project_id is not None else project.id
+            if source_id not in sources:
+                sources[source_id] = self._project_info(str(source_id))  # a fork's, once per listing
+            source = sources[source_id]
+            names = mr.labels[:200] if isinstance(mr.labels, list) else []
+            changes.append(PullRequestChange(
+                action="opened", owner=base_owner, name=name, number=mr.iid, head_ref=mr.source_branch,
+                head_sha=mr.sha, clone_url=source.http_url_to_repo if source else None,
+                head_repository=source.path_with_namespace if source else None, base_ref=mr.target_branch,
+                updated_at=updated, draft=mr.draft or mr.work_in_progress,
+                labels=frozenset(str(label)[:255].lower() for label in names if isinstance(label, str))))
+        return changes
+
+    def _project_info(self, project: str) -> _ListedProject | None:
+        """`GET /projects/{id or url-encoded path}`, None when it is not there (a deleted fork)."""
+        response = self.api.request("project", "GET", f"/projects/{project}")
+        if response.status_code == 404:
+            return None
+        try:
+            return _ListedProject.model_validate(self.api.check(response).json())
+        except (ValidationError, ValueError) as exc:
+            raise CodeHostError(f"GET /projects/{project}: not a project ({type(exc).__name__})") from None
 
     def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
         notes = f"/projects/{self._project(owner, repo)}/merge_requests/{number}/notes"

@@ -36,9 +36,9 @@ class CleanupRetryScheduler(EventScheduler):
         """Queue a cleanup again for every unfinished one without an event to run; returns how many."""
         records = await asyncio.to_thread(self._unfinished)
         stamp = int((now or datetime.now(UTC)).timestamp())
-        return await self.queue([
+        return len(await self.queue([
             (retry_event(record, stamp), f"cleanup retried ({record.error})") for record in records],
-            only_if_idle=True)
+            only_if_idle=True))
 
 
 def retry_event(record: DeploymentRecord, stamp: int) -> PullRequestEvent:

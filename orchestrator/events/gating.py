@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.plugin_api.codehost import PullRequestChange
+from orchestrator.settings import Settings
 
 DEPLOY, CLEANUP = "opened", "closed"
 
@@ -17,6 +18,10 @@ class Gate:
     drafts: bool = False  # PREVIEW_DRAFTS
     keep_converted: bool = False  # PREVIEW_DRAFT_CONVERTED=keep
     label: str = ""  # PREVIEW_LABEL; empty: every pull request
+
+    @classmethod
+    def of(cls, settings: Settings) -> Gate:
+        return cls(settings.preview_drafts, settings.preview_draft_converted == "keep", settings.preview_label)
 
     def decide(self, change: PullRequestChange) -> tuple[str | None, str]:
         """The action the flows see (None: not acted on) and why, for the log line."""

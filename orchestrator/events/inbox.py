@@ -77,6 +77,15 @@ class Accepted:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """The newest event accepted for a pull request: its `updated_at` (UTC text), action and head commit."""
+
+    updated_at: str
+    action: str
+    sha: str
+
+
+@dataclass(frozen=True)
 class Claimed:
     seq: int
     event: PullRequestEvent
@@ -209,6 +218,16 @@ class Inbox:
                 "SELECT count(*) FROM events WHERE status IN ('pending', 'running')"
             ).fetchone()
         return int(row[0])
+
+    def last_seen(self, repository: str, pr_number: int) -> Seen | None:
+        """What the service last heard of a pull request (kept after its preview is gone), or None: never."""
+        with self._lock:
+            row = self._db.execute("SELECT updated_at, last_event FROM pull_request_clock WHERE repository = ? AND "
+                                   "pr_number = ?", (repository, pr_number)).fetchone()
+        if row is None:
+            return None
+        action, _, sha = str(row[1]).partition(" ")
+        return Seen(updated_at=row[0], action=action, sha=sha)
 
     def _check_owner(self, event: PullRequestEvent) -> None:
         """Refuse an event whose deployment id has open work of another repository (checked in the same

@@ -58,14 +58,15 @@ class EventScheduler(Periodic):
         self._dispatcher = dispatcher
         self._log = logger
 
-    async def queue(self, events: list[tuple[PullRequestEvent, str]], only_if_idle: bool = False) -> int:
-        """Accept each event, logging its message when it is new; returns how many were newly queued.
+    async def queue(self, events: list[tuple[PullRequestEvent, str]],
+                    only_if_idle: bool = False) -> list[PullRequestEvent]:
+        """Accept each event, logging its message when it is new; returns the ones newly queued.
         `only_if_idle`: Inbox.accept's (an event is queued only for a deployment with nothing to run)."""
-        queued = 0
+        queued = []
         for event, message in events:
             accepted = await asyncio.to_thread(self._inbox.accept, event, only_if_idle)
             if accepted.stored:
-                queued += 1
+                queued.append(event)
                 self._log.info("%s", message, extra={"deploymentId": event.deployment_id})
         if queued:
             self._dispatcher.notify()

@@ -51,6 +51,6 @@ class SleepScheduler(EventScheduler):
     async def check(self, now: datetime | None = None) -> int:
         """Queue a sleep for every idle preview; returns how many were newly queued."""
         idle = await asyncio.to_thread(self._idle, now or datetime.now(UTC))
-        return await self.queue([
+        return len(await self.queue([
             (sleep_event(record, last_use), f"idle since {last_use.isoformat(timespec='seconds')}; sleep queued")
-            for record, last_use in idle])
+            for record, last_use in idle]))

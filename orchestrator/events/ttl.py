@@ -31,6 +31,6 @@ class TtlScheduler(EventScheduler):
     async def check(self, now: datetime | None = None) -> int:
         """Queue a cleanup for every expired preview; returns how many were newly queued."""
         expired = await asyncio.to_thread(self._expired, now or datetime.now(UTC))
-        return await self.queue([
+        return len(await self.queue([
             (event_for_record(record, "closed", f"ttl-{record.deploymentId}-{int(record.updatedAt.timestamp())}"),
-             "TTL expired; cleanup queued") for record in expired])
+             "TTL expired; cleanup queued") for record in expired]))

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from orchestrator.common.naming import CODEHOST, SHA_PATTERN, branch_problem, deployment_id, project_slug
 from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, PullRequestChange, WebhookRejected
-from orchestrator.state.records import MAX_PR_NUMBER, PullRequestEvent
+from orchestrator.state.records import MAX_PR_NUMBER, EventTrigger, PullRequestEvent
 
-__all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "parse_delivery"]
+__all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "event_of", "parse_delivery"]
 log = logging.getLogger("orchestrator.events.webhook")
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
@@ -42,7 +42,7 @@ def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[
         return Ignored(f"pull request #{change.number} is not open: {change.action} deploys nothing")
     if effective != change.action:
         log.info("pull request #%s %s", change.number, why)
-    return _event(host.name, change, effective, delivery_id)
+    return event_of(host.name, change, effective, delivery_id)
 
 
 def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
@@ -55,7 +55,10 @@ def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
     return header if host.name == CODEHOST else f"{host.name}:{header}"
 
 
-def _event(codehost: str, change: PullRequestChange, action: str, delivery_id: str) -> PullRequestEvent:
+def event_of(codehost: str, change: PullRequestChange, action: str, delivery_id: str,
+             trigger: EventTrigger | None = None) -> PullRequestEvent:
+    """The event of a change (a delivery's, or the reconcile's look at the open pull requests) once its names,
+    branch and commit are checked; WebhookRejected(400) says which is not valid."""
     if not 1 <= change.number <= MAX_PR_NUMBER:
         raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
     try:
@@ -89,4 +92,5 @@ def _event(codehost: str, change: PullRequestChange, action: str, delivery_id: s
         received_at=datetime.now(UTC),
         codehost=codehost,
         pr_updated_at=change.updated_at,
+        trigger=trigger,
     )

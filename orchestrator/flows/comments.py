@@ -7,6 +7,18 @@ from orchestrator.flows.error_lines import error_line
 MARKER = "<!-- preview-orchestrator -->"
 
 
+TRIGGERS = {
+    "reconcile": "Started by the service's regular look at the open pull requests (RECONCILE_INTERVAL_MINUTES): "
+                 "no webhook reported this change.",
+    "replay": "Started again from the service's delivery log (a replayed delivery).",
+}
+
+
+def with_trigger(body: str, trigger: str | None) -> str:
+    """A comment's text, with a last line saying what started the flow when it was not the code host's delivery."""
+    return f"{body}\n\n<sub>{TRIGGERS[trigger]}</sub>" if trigger in TRIGGERS else body
+
+
 def _short(sha: str | None) -> str:
     return (sha or "")[:7] or "unknown"
 

@@ -40,7 +40,8 @@ class Reporter:
         if host is None:
             return None
         try:
-            new_id = host.upsert_comment(event.repo_owner, event.repo_name, event.pr_number, comment_id, body)
+            new_id = host.upsert_comment(event.repo_owner, event.repo_name, event.pr_number, comment_id,
+                                         comments.with_trigger(body, event.trigger))
         except CODEHOST_ERRORS as exc:
             log.warning("comment not posted: %s", exc, extra={"deploymentId": event.deployment_id})
             return comment_id

@@ -10,8 +10,10 @@ import falcon.asgi
 import swagger_ui_bundle
 
 from orchestrator.events.cleanup_retry import CleanupRetryScheduler
+from orchestrator.events.codehost_reconcile import CodeHostReconcile
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
+from orchestrator.events.periodic import Periodic
 from orchestrator.events.sleep import SleepScheduler
 from orchestrator.events.ttl import TtlScheduler
 from orchestrator.events.watch import RuntimeWatch
@@ -41,7 +43,9 @@ class Lifespan:
     registry's garbage collection and (PREVIEW_IDLE_MINUTES) the sleep check; shutdown: stop them (ASGI
     lifespan)."""
 
-    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings) -> None:
+    def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings,
+                 schedulers: list[Periodic] | None = None) -> None:
+        self._schedulers = schedulers or []  # started last, stopped first (the code host reconcile)
         self._dispatcher = dispatcher
         self._inbox = inbox
         self._handler = handler
@@ -85,8 +89,12 @@ class Lifespan:
             self._sleep = SleepScheduler(idle, self._inbox, self._dispatcher,
                                          self._settings.sleep_check_interval_seconds)
             self._sleep.start()
+        for scheduler in self._schedulers:
+            scheduler.start()
 
     async def process_shutdown(self, scope: dict[str, Any], event: dict[str, Any]) -> None:
+        for scheduler in self._schedulers:
+            await scheduler.stop()
         if self._ttl:
             await self._ttl.stop()
         if self._watch:
@@ -116,7 +124,11 @@ def create_app(
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
     metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
 
-    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings)])
+    schedulers: list[Periodic] = []
+    if settings.reconcile_interval_minutes > 0:
+        schedulers.append(CodeHostReconcile(codehosts, settings, store, inbox, dispatcher, metrics))
+
+    app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings, schedulers)])
     errors.install(app)
     app.add_route("/health", HealthResource())
     app.add_route("/", DashboardResource(store))

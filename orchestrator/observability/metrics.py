@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -51,6 +51,17 @@ class Metrics:
         self.codehost_retries = Counter("preview_orchestrator_codehost_retries",
                                         "Code host API requests retried after a transient failure", ["kind"],
                                         registry=self.registry)
+        self.reconciles = Counter("preview_orchestrator_reconciles",
+                                  "Repositories compared with their code host's open pull requests, by code host and "
+                                  "result (done, unreachable, rate_limited)", ["codehost", "result"],
+                                  registry=self.registry)
+        self.reconcile_corrections = Counter("preview_orchestrator_reconcile_corrections",
+                                             "Events the reconcile queued because no webhook had said so, by code "
+                                             "host and action (opened, synchronize, closed)", ["codehost", "action"],
+                                             registry=self.registry)
+        self.codehost_rate_limit = Gauge("preview_orchestrator_codehost_rate_limit_remaining",
+                                         "Requests the code host's API allows until its rate limit resets, as its "
+                                         "last answer said", ["codehost"], registry=self.registry)
 
     def watch_state(self, previews_by_status: Callable[[], dict[str, int]], queue_depth: Callable[[], int]) -> None:
         """Register the scrape-time gauges (the app does this once it has the store and the inbox)."""

@@ -17,7 +17,10 @@ The service then does the rest, the same for every host: the allow-list (`ALLOWE
 untrusted input until `verify` passed, and the payload's fields after it: bound what you read (`max_length`).
 
 The API side is what a flow tells the pull request: its one comment (`upsert_comment`, `find_marked_comment`)
-and a status of the deployed commit (`start_deployment`, `set_status`). A method that fails raises
+and a status of the deployed commit (`start_deployment`, `set_status`); and what the reconcile asks (RECONCILE_
+INTERVAL_MINUTES): the open pull requests of a repository (`open_pull_requests`, as `opened` changes) and how much
+of the API's rate limit is left (`rate_limit`). A host that cannot list leaves that method out: its previews then
+follow its webhooks alone. A method that fails raises
 `CodeHostError`; the flows log it and go on (the code host being down never fails a preview). `ApiClient` is an
 HTTP client with the retries every host needs (5xx, 429, Retry-After). `clone_authorization` gives git the
 credentials for a clone URL of this host; `checks` are its lines of `doctor`.
@@ -54,6 +57,8 @@ ACTIONS = frozenset({"opened", "reopened", "synchronize", "closed", "ready_for_r
 STATES = frozenset({"in_progress", "success", "failure", "inactive"})
 MAX_RETRIES = 3
 MAX_WAIT_SECONDS = 60.0
+MAX_PAGES = 50  # of a listing: 5,000 open pull requests of one repository at 100 a page
+MAX_CACHED_PAGES = 5000  # conditional requests' answers kept (ETag, items)
 
 
 class CodeHostSpec(BaseModel):
@@ -84,6 +89,21 @@ class Ignored:
     """A delivery acknowledged with 200 and otherwise ignored (a ping, other events, other actions)."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """What the API's last answer said of its rate limit (GitHub's `x-ratelimit-*`, GitLab's `ratelimit-*`)."""
+
+    remaining: int
+    limit: int
+    reset: float | None = None  # when it resets (epoch seconds)
+
+    @property
+    def low(self) -> bool:
+        """Less than 5 % left (at least 50, at most half): what is left is kept for the flows' comments and
+        statuses, and the reconcile waits for the reset."""
+        return self.remaining < min(max(50, self.limit // 20), self.limit // 2)
 
 
 class PayloadModel(BaseModel):
@@ -205,6 +225,16 @@ class CodeHost:
         """Report `state` (STATES) of the preview of `sha`, or of `deployment` where `start_deployment` made
         one; `url`: the preview's, with `success`."""
 
+    def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange] | None:
+        """Every open pull request of `owner/repo`, each as an `opened` change (draft flag and labels as a delivery
+        would say them), from one paged listing; CodeHostError when any page fails (the reconcile then leaves the
+        repository's previews as they are). None: this host cannot list."""
+        return None
+
+    def rate_limit(self) -> RateLimit | None:
+        """The API's rate limit as its last answer said, None when unknown (the reconcile reports and respects it)."""
+        return None
+
     def clone_authorization(self, clone_url: str) -> str | None:
         """The `Authorization` header git sends when cloning `clone_url`, when it is this host's and there is a
         token; None otherwise (never send a token to another host)."""
@@ -244,6 +274,9 @@ class ApiCodeHost(CodeHost):
         ours = (own.scheme, (own.hostname or "").lower(), own.port)
         return self.token_authorization() if (clone.scheme, clone.hostname.lower(), clone.port) == ours else None
 
+    def rate_limit(self) -> RateLimit | None:
+        return self.api.rate_limit
+
     def token_authorization(self, token: str | None = None) -> str | None:
         """A token (the host's own by default) as git's Authorization header (`Basic x-access-token:TOKEN`, which
         GitHub, Gitea, Forgejo and GitLab accept), or None without one; `clone_authorization` decides for which
@@ -260,7 +293,8 @@ class ApiCodeHost(CodeHost):
 class ApiClient:
     """An HTTP client for a code host's REST API: transient failures (5xx, 429, and 403 when a rate limit is
     spent) are retried at most MAX_RETRIES times with exponential backoff, honouring Retry-After and
-    x-ratelimit-reset. Every call is counted in `/metrics` by `kind` and status."""
+    x-ratelimit-reset. Every call is counted in `/metrics` by `kind` and status; the rate limit its answers report
+    is kept (`rate_limit`)."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], retry_base: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None,
@@ -270,6 +304,8 @@ class ApiClient:
                                     timeout=15.0, transport=transport)
         self._retry_base = retry_base
         self._sleep = sleep
+        self.rate_limit: RateLimit | None = None
+        self._pages: dict[str, tuple[str, list[Any], str | None]] = {}  # page URL -> (ETag, items, next URL)
 
     def close(self) -> None:
         self._client.close()
@@ -285,6 +321,7 @@ class ApiClient:
                 wait = self._retry_base * (2**attempt)
             else:
                 self._metrics.codehost_calls.labels(kind, str(response.status_code)).inc()
+                self.rate_limit = _rate_limit(response) or self.rate_limit
                 if not _transient(response) or attempt == MAX_RETRIES:
                     return response
                 wait = _server_wait(response) or self._retry_base * (2**attempt)
@@ -298,6 +335,41 @@ class ApiClient:
         response = self._client.request(method, url, timeout=5, **kwargs)
         self._metrics.codehost_calls.labels(kind, str(response.status_code)).inc()
         return response
+
+    def paged(self, kind: str, path: str, params: Mapping[str, Any],
+              headers: Mapping[str, str] | None = None) -> list[Any]:
+        """Every item of a listing that pages with `Link: <…>; rel="next"` (GitHub, Gitea, GitLab), each page asked
+        conditionally: one unchanged since the last call (304 to If-None-Match) is the last answer's (GitHub does
+        not count those against the rate limit). CodeHostError when a page fails or is not a list, a next page is
+        on another origin, or there are more than MAX_PAGES pages: a listing is complete or it is nothing."""
+        url = str(self._client.build_request("GET", path, params=dict(params)).url)
+        origin = httpx.URL(url).copy_with(path="/", query=None)
+        items: list[Any] = []
+        for _ in range(MAX_PAGES):
+            cached = self._pages.get(url)
+            extra = {**(headers or {}), **({"If-None-Match": cached[0]} if cached else {})}
+            response = self.request(kind, "GET", url, headers=extra)
+            if response.status_code == 304 and cached:
+                page, following = cached[1], cached[2]
+            else:
+                try:
+                    page = self.check(response).json()
+                except ValueError:
+                    page = None
+                if not isinstance(page, list):
+                    raise CodeHostError(f"GET {response.request.url.path}: not a list")
+                following = response.links.get("next", {}).get("url")
+                if response.headers.get("etag"):
+                    if len(self._pages) >= MAX_CACHED_PAGES:
+                        self._pages.clear()
+                    self._pages[url] = (response.headers["etag"], page, following)
+            items.extend(page)
+            if not following:
+                return items
+            if httpx.URL(following).copy_with(path="/", query=None) != origin:
+                raise CodeHostError(f"GET {path}: the next page is on another host")  # the token stays home
+            url = following
+        raise CodeHostError(f"GET {path}: more than {MAX_PAGES} pages")
 
     @staticmethod
     def check(response: httpx.Response) -> httpx.Response:
@@ -313,6 +385,15 @@ def _transient(response: httpx.Response) -> bool:
     return response.status_code == 403 and (
         response.headers.get("x-ratelimit-remaining") == "0" or "retry-after" in response.headers
     )
+
+
+def _rate_limit(response: httpx.Response) -> RateLimit | None:
+    for prefix in ("x-ratelimit-", "ratelimit-"):  # GitHub's, GitLab's
+        remaining, limit = response.headers.get(f"{prefix}remaining"), response.headers.get(f"{prefix}limit")
+        if remaining and limit and remaining.strip().isdigit() and limit.strip().isdigit():
+            reset = response.headers.get(f"{prefix}reset", "")
+            return RateLimit(int(remaining), int(limit), float(reset) if reset.strip().isdigit() else None)
+    return None
 
 
 def _server_wait(response: httpx.Response) -> float | None:

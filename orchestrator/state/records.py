@@ -18,6 +18,9 @@ PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
 # they run one at a time with the pull request's other work).
 EventAction = Literal["opened", "reopened", "synchronize", "closed", "sleep", "wake"]
 HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
+# What queued an event other than a code host's delivery: the reconcile with the code host (a change no webhook
+# reported), or a replay from the delivery log. The pull request's comment says so.
+EventTrigger = Literal["reconcile", "replay"]
 # Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
 PreviewSource = Literal["codehost", "local"]
 LOCAL_OWNER = "local"
@@ -46,6 +49,7 @@ class PullRequestEvent(BaseModel):
     # The pull request's `updated_at` as the delivery says: an event older than one already accepted for the pull
     # request is stale (a replay, or a delivery overtaken by a newer one) and is not acted on (events/inbox.py).
     pr_updated_at: datetime | None = None
+    trigger: EventTrigger | None = None  # None: the code host's own delivery, or the service's own event
 
     @property
     def local(self) -> bool:

@@ -5,6 +5,7 @@ notes and commit statuses of `/projects/{url-encoded path}`, `/user`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlencode
 
 import jwt
 
@@ -42,6 +43,13 @@ class FakeCodeHost:
     token_lifetime: float = 3600.0
     issued: dict[str, float] = field(default_factory=dict)  # installation token -> when it expires (epoch)
     failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    # Open pull requests as the listing `GET /repos/{owner}/{repo}/pulls?state=open` returns them (GitHub's and
+    # Gitea's shape): (owner, repo) -> number -> pull request. Pages carry Link and ETag (a 304 to If-None-Match
+    # is free, as on GitHub); every other answer spends one of `rate_remaining`.
+    pulls: dict[tuple[str, str], dict[int, dict[str, Any]]] = field(default_factory=dict)
+    listing_down: bool = False  # every listing answers 503 (the host "unreachable" for the reconcile)
+    rate_limit: int = 5000
+    rate_remaining: int = 5000
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 1000
     server: ThreadingHTTPServer | None = None
@@ -54,6 +62,29 @@ class FakeCodeHost:
     def fail_next(self, count: int, status: int, headers: dict[str, str] | None = None) -> None:
         with self.lock:
             self.failures.extend([(status, headers or {})] * count)
+
+    def open_pull(self, owner: str, repo: str, number: int, branch: str, sha: str, clone_url: str,
+                  draft: bool = False, labels: tuple[str, ...] = ()) -> None:
+        """A pull request opened (or reopened) on the host: listed from now on."""
+        with self.lock:
+            self.pulls.setdefault((owner, repo), {})[number] = {
+                "number": number, "state": "open", "draft": draft, "title": f"PR {number}",
+                "labels": [{"name": name} for name in labels], "updated_at": _now(),
+                "head": {"ref": branch, "sha": sha, "repo": {"full_name": f"{owner}/{repo}", "clone_url": clone_url}},
+                "base": {"ref": "main", "repo": {"full_name": f"{owner}/{repo}", "clone_url": clone_url}}}
+
+    def push_pull(self, owner: str, repo: str, number: int, sha: str) -> None:
+        with self.lock:
+            pull = self.pulls[(owner, repo)][number]
+            pull["head"]["sha"], pull["updated_at"] = sha, _now()
+
+    def close_pull(self, owner: str, repo: str, number: int) -> None:
+        with self.lock:
+            self.pulls.get((owner, repo), {}).pop(number, None)
+
+    def listing_calls(self) -> list[Call]:
+        with self.lock:
+            return [call for call in self.calls if re.search(r"/pulls(\?|$)", call.path)]
 
     def statuses_of(self, owner: str, repo: str, sha: str) -> list[dict[str, Any]]:
         """The commit statuses posted for `sha`, oldest first."""
@@ -85,12 +116,13 @@ class FakeCodeHost:
                 status, payload, headers = fake._route(self.command, self.path, body, dict(self.headers.items()))
                 with fake.lock:
                     fake.calls.append(Call(self.command, self.path, body, dict(self.headers.items()), status))
-                data = json.dumps(payload).encode()
+                data = json.dumps(payload).encode() if status != 304 else b""
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                if status != 304:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -111,7 +143,10 @@ class FakeCodeHost:
             if self.failures:
                 status, headers = self.failures.pop(0)
                 return status, {"message": "injected failure"}, headers
-            path = path.split("?", 1)[0]
+            path, _, query = path.partition("?")
+            listing = re.fullmatch(r"/repos/([^/]+)/([^/]+)/pulls", path.removeprefix(self.prefix))
+            if method == "GET" and listing:
+                return self._listing(listing[1], listing[2], parse_qs(query), request_headers or {})
             if self.prefix:
                 if not path.startswith(f"{self.prefix}/"):
                     return 404, {"message": "Not Found"}, {}
@@ -175,6 +210,25 @@ class FakeCodeHost:
                 self.next_id += 1
                 return 201, {"id": self.next_id, "state": body["state"]}, {}
             return 404, {"message": "Not Found"}, {}
+
+    def _listing(self, owner: str, repo: str, query: dict[str, list[str]],
+                 headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        """One page of the open pull requests (the lock is held), newest first as GitHub lists them."""
+        if self.listing_down:
+            return 503, {"message": "Service Unavailable"}, {}
+        size = int((query.get("per_page") or query.get("limit") or ["30"])[0])
+        page = int((query.get("page") or ["1"])[0])
+        pulls = [pull for _, pull in sorted(self.pulls.get((owner, repo), {}).items(), reverse=True)]
+        items = json.loads(json.dumps(pulls[(page - 1) * size:page * size]))
+        etag = '"' + hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:20] + '"'
+        answer = {"ETag": etag, "x-ratelimit-limit": str(self.rate_limit)}
+        if page * size < len(pulls):
+            following = {**{key: values[0] for key, values in query.items()}, "page": str(page + 1)}
+            answer["Link"] = f'<{self.url}{self.prefix}/repos/{owner}/{repo}/pulls?{urlencode(following)}>; rel="next"'
+        if headers.get("If-None-Match") == etag:
+            return 304, None, {**answer, "x-ratelimit-remaining": str(self.rate_remaining)}
+        self.rate_remaining = max(0, self.rate_remaining - 1)
+        return 200, items, {**answer, "x-ratelimit-remaining": str(self.rate_remaining)}
 
     def _gitlab(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
         """GitLab's API v4 (the lock is held): notes of a merge request and commit statuses of a project."""
@@ -241,3 +295,7 @@ class FakeCodeHost:
         if self.issued.get(bearer, 0) <= time.time():
             return 401, {"message": "Bad credentials"}, {}
         return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # GitHub's: to the second

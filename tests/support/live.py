@@ -44,6 +44,7 @@ class ServiceProcess:
             "LOG_LEVEL": "debug",
             # Start-up asks the code host for its rate limit: a closed local port, never the internet.
             "CODEHOST_API_URL": "http://127.0.0.1:9",
+            "RECONCILE_INTERVAL_MINUTES": "0",  # on where a test asks for it (tests/test_reconcile_e2e.py)
             **env,
         }
         for name in drop:

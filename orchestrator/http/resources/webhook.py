@@ -34,7 +34,7 @@ class WebhookResource:
         self._metrics = metrics
         self._store = store
         self._allowed = settings.allowed_for(host.name)
-        self._gate = Gate(settings.preview_drafts, settings.preview_draft_converted == "keep", settings.preview_label)
+        self._gate = Gate.of(settings)
         self._sync = settings.webhook_processing == "sync"
         self._inbox = inbox
         self._dispatcher = dispatcher
