@@ -73,7 +73,7 @@ class CodeHostReconcile(EventScheduler):
                                 "look", host.name, limit.remaining, limit.limit)
                     self._metrics.reconciles.labels(host.name, "rate_limited").inc()
                     break
-            owner, _, name = repository.rpartition("/")  # GitLab's group paths: the project is the last part
+            owner, name = self._names(host.name, repository)
             listed_at = datetime.now(UTC)
             try:
                 listing = await asyncio.to_thread(host.open_pull_requests, owner, name)
@@ -93,6 +93,16 @@ class CodeHostReconcile(EventScheduler):
         if (limit := host.rate_limit()) is not None:
             self._metrics.codehost_rate_limit.labels(host.name).set(limit.remaining)
         return queued
+
+    def _names(self, codehost: str, repository: str) -> tuple[str, str]:
+        """Owner and name as the code host spells them (a record's, from its deliveries), else as ALLOWED_REPOS
+        has them in lower case (the hosts' API paths ignore case). GitLab's group path: the name is the last part."""
+        for record in self._store.read().deployments.values():
+            if record.source == "codehost" and record.codehost == codehost and \
+                    f"{record.repoOwner}/{record.repoName}".lower() == repository:
+                return record.repoOwner, record.repoName
+        owner, _, name = repository.rpartition("/")
+        return owner, name
 
     def corrections(self, codehost: str, repository: str, listing: list[PullRequestChange],
                     listed_at: datetime) -> list[Correction]:

@@ -218,7 +218,10 @@ class FakeCodeHost:
             return 503, {"message": "Service Unavailable"}, {}
         size = int((query.get("per_page") or query.get("limit") or ["30"])[0])
         page = int((query.get("page") or ["1"])[0])
-        pulls = [pull for _, pull in sorted(self.pulls.get((owner, repo), {}).items(), reverse=True)]
+        # Owner and name are case-insensitive in the API's paths, as on GitHub and Gitea.
+        listed = next((pulls for (o, r), pulls in self.pulls.items() if (o.lower(), r.lower()) ==
+                       (owner.lower(), repo.lower())), {})
+        pulls = [pull for _, pull in sorted(listed.items(), reverse=True)]
         items = json.loads(json.dumps(pulls[(page - 1) * size:page * size]))
         etag = '"' + hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:20] + '"'
         answer = {"ETag": etag, "x-ratelimit-limit": str(self.rate_limit)}
