@@ -59,6 +59,8 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "/api/preview-access/{deploymentId}", "/api/preview-access/{deploymentId}/token",
         # Sleep (PREVIEW_IDLE_MINUTES): a sleeping preview's route asks it to wake the app (docs/routing.md)
         "/api/preview-wake/{deploymentId}",
+        # The delivery log (docs/codehosts.md)
+        "/api/deliveries", "/api/deliveries/{id}/replay",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]
     assert {"200", "400", "401", "403", "413", "500"} <= set(webhook["responses"])

@@ -16,7 +16,7 @@ def _client(args: argparse.Namespace) -> int:
     from orchestrator.common.naming import is_valid_deployment_id
 
     url = service_client.service_url(args.url)
-    if args.command not in ("list", "up") and not is_valid_deployment_id(args.id):
+    if args.command not in ("list", "up", "deliveries", "replay") and not is_valid_deployment_id(args.id):
         # Checked here too, so that an id like `../plugins` never becomes another URL.
         print(f"preview-orchestrator: invalid deployment id {args.id!r} (expected {{projectSlug}}-{{prNumber}}, "
               "e.g. acme-api-42)", file=sys.stderr)
@@ -24,6 +24,10 @@ def _client(args: argparse.Namespace) -> int:
     try:
         if args.command == "list":
             return service_client.list_previews(url, args.json)
+        if args.command == "deliveries":
+            return service_client.list_deliveries(url, args.repository, args.pr, args.limit, args.json)
+        if args.command == "replay":
+            return service_client.replay(url, args.entry)
         if args.command == "up":
             return service_client.up(url, args.dir, args.name, args.pr, args.follow)
         if args.command == "logs":
@@ -85,7 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--name", help="the preview's name: local-NAME-N (default: the directory's name)")
     up.add_argument("--pr", type=int, default=1, help="the number N in its id and URL (default 1)")
     up.add_argument("--follow", "-f", action="store_true", help="print the build live")
-    for command in (listing, logs, remove, down, up):
+    deliveries = commands.add_parser("deliveries", help="the webhooks the service received, the newest first: "
+                                     "accepted, ignored (and why) or refused")
+    deliveries.add_argument("--repository", help="only this repository's (owner/name)")
+    deliveries.add_argument("--pr", type=int, help="only this pull request's (with --repository)")
+    deliveries.add_argument("--limit", type=int, default=50, help="at most this many (default 50, at most 1000)")
+    deliveries.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
+    replay = commands.add_parser("replay", help="process an accepted delivery's event again (N from `deliveries`)")
+    replay.add_argument("entry", type=int, metavar="N", help="the delivery's number in the log")
+    for command in (listing, logs, remove, down, up, deliveries, replay):
         command.add_argument("--url", help=url_help)
         command.set_defaults(run=_client)
 

@@ -1,5 +1,5 @@
-"""`preview-orchestrator list | logs ID [--follow] | cleanup ID | up DIR | down ID`: talk to the running service
-over HTTP.
+"""`preview-orchestrator list | logs ID [--follow] | cleanup ID | up DIR | down ID | deliveries | replay N`: talk to
+the running service over HTTP.
 
 The service is found at --url, else PREVIEW_ORCHESTRATOR_URL, else http://127.0.0.1:$ORCHESTRATOR_PORT
 (3000 by default). These commands need no secrets: they use the API the service already exposes.
@@ -53,9 +53,50 @@ def previews_table(deployments: list[dict[str, Any]], now: datetime | None = Non
     return format_table(rows)
 
 
-def _request(method: str, url: str, path: str, timeout: float, body: dict[str, Any] | None = None) -> httpx.Response:
+def deliveries_table(entries: list[dict[str, Any]]) -> str:
+    rows = [["N", "RECEIVED", "HOST", "REPOSITORY", "PR", "EVENT", "OUTCOME", "WHY"]]
+    for d in entries:
+        event = " · ".join(part for part in (d.get("event"), d.get("action")) if part)
+        outcome = d["outcome"] + (f" ({d['status']})" if d["status"] not in (200, 202) else "")
+        reason = d.get("reason") or ""
+        rows.append([str(d["id"]), d["receivedAt"][:19].replace("T", " "), d["codehost"], d.get("repository") or "",
+                     f"#{d['prNumber']}" if d.get("prNumber") else "", event, outcome,
+                     reason if len(reason) <= 70 else reason[:67] + "..."])
+    return format_table(rows)
+
+
+def list_deliveries(url: str, repository: str | None, pr: int | None, limit: int, as_json: bool) -> int:
+    params = {key: str(value) for key, value in (("repository", repository), ("pr", pr), ("limit", limit))
+              if value is not None}
+    response = _request("GET", url, "/api/deliveries", timeout=30, params=params)
+    if response.status_code != 200:
+        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+        return 1
+    entries = response.json()["deliveries"]
+    if as_json:
+        sys.stdout.write(response.text + "\n")
+    elif entries:
+        sys.stdout.write(deliveries_table(entries))
+    else:
+        print("No deliveries.")
+    return 0
+
+
+def replay(url: str, entry: int) -> int:
+    response = _request("POST", url, f"/api/deliveries/{entry}/replay", timeout=30)
+    if response.status_code != 202:
+        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
+        return 1
+    answer = response.json()
+    print(f"Delivery {entry} replayed: {answer['action']} of {answer['deploymentId']} queued "
+          f"(log entry {answer['logId']})")
+    return 0
+
+
+def _request(method: str, url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
+             params: dict[str, str] | None = None) -> httpx.Response:
     try:
-        return httpx.request(method, f"{url}{path}", timeout=timeout, json=body)
+        return httpx.request(method, f"{url}{path}", timeout=timeout, json=body, params=params)
     except httpx.TransportError as exc:
         raise ServiceUnreachable(f"cannot reach the service at {url}: {exc}") from None
 

@@ -32,17 +32,22 @@ def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[
     change = host.parse(delivery)
     if isinstance(change, Ignored):
         return change
-    if f"{change.owner}/{change.name}".lower() not in allowed_repos:
-        raise WebhookRejected(403, "Repository not in allowed list")
-    effective, why = gate.decide(change)
-    if effective is None:
-        return Ignored(f"pull request #{change.number}: {why}")
-    if effective != CLEANUP and not change.open:
-        # A label or a title changed on a closed or merged pull request: it must not run again.
-        return Ignored(f"pull request #{change.number} is not open: {change.action} deploys nothing")
-    if effective != change.action:
-        log.info("pull request #%s %s", change.number, why)
-    return event_of(host.name, change, effective, delivery_id)
+    about = (f"{change.owner}/{change.name}"[:300], change.number, change.action)
+    try:
+        if f"{change.owner}/{change.name}".lower() not in allowed_repos:
+            raise WebhookRejected(403, "Repository not in allowed list")
+        effective, why = gate.decide(change)
+        if effective is None:
+            return Ignored(f"pull request #{change.number}: {why}", about)
+        if effective != CLEANUP and not change.open:
+            # A label or a title changed on a closed or merged pull request: it must not run again.
+            return Ignored(f"pull request #{change.number} is not open: {change.action} deploys nothing", about)
+        if effective != change.action:
+            log.info("pull request #%s %s", change.number, why)
+        return event_of(host.name, change, effective, delivery_id)
+    except WebhookRejected as rejected:
+        rejected.about = about
+        raise
 
 
 def _delivery_id(host: CodeHost, delivery: Delivery) -> str:

@@ -11,6 +11,7 @@ import swagger_ui_bundle
 
 from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.codehost_reconcile import CodeHostReconcile
+from orchestrator.events.delivery_log import DeliveryLog
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.periodic import Periodic
@@ -21,6 +22,7 @@ from orchestrator.flows.handler import EventHandler, load_handler
 from orchestrator.http.openapi import build_openapi
 from orchestrator.http.resources import errors
 from orchestrator.http.resources.dashboard import DashboardResource
+from orchestrator.http.resources.deliveries import DeliveryListResource, DeliveryReplayResource
 from orchestrator.http.resources.deployment_logs import DeploymentLogResource
 from orchestrator.http.resources.docs import DOCS_STATIC_ROUTE, ApiDocsInitResource, ApiDocsResource, OpenApiResource
 from orchestrator.http.resources.health import HealthResource
@@ -121,6 +123,7 @@ def create_app(
     codehosts = plugins.codehosts(settings, metrics)  # the ones that are on: their webhooks, reports and clones
     handler = handler or load_handler(settings, plugins, metrics, store, codehosts)
     inbox = Inbox(settings.inbox_path)
+    deliveries = DeliveryLog(settings.inbox_path.parent / "deliveries.sqlite3", settings.delivery_log_days)
     dispatcher = Dispatcher(inbox, handler, settings.max_concurrent_builds, settings.flow_timeout_seconds)
     metrics.watch_state(lambda: store.count_by_status(), inbox.depth)
 
@@ -131,18 +134,21 @@ def create_app(
     app = falcon.asgi.App(middleware=[Lifespan(dispatcher, inbox, handler, settings, schedulers)])
     errors.install(app)
     app.add_route("/health", HealthResource())
-    app.add_route("/", DashboardResource(store))
-    app.add_route("/dashboard", DashboardResource(store))
+    app.add_route("/", DashboardResource(store, deliveries))
+    app.add_route("/dashboard", DashboardResource(store, deliveries))
     app.add_route("/openapi.json", OpenApiResource(build_openapi(settings.api_server_url)))
     app.add_route("/api-docs", ApiDocsResource())
     app.add_route(f"{DOCS_STATIC_ROUTE}/api-docs-init.js", ApiDocsInitResource())
     app.add_static_route(DOCS_STATIC_ROUTE, swagger_ui_bundle.swagger_ui_path)
     for host in codehosts:  # POST /webhook/{name}; GitHub also at the spec's /webhook/codehost
-        webhook = WebhookResource(host, settings, inbox, dispatcher, metrics, store)
+        webhook = WebhookResource(host, settings, inbox, dispatcher, metrics, store, deliveries)
         for path in (host.name, *host.aliases):
             app.add_route(f"/webhook/{path}", webhook)
     app.add_route("/metrics", MetricsResource(metrics))
     app.add_route("/api/plugins", PluginListResource(plugins))
+    app.add_route("/api/deliveries", DeliveryListResource(deliveries))
+    app.add_route("/api/deliveries/{entry_id}/replay",
+                  DeliveryReplayResource(deliveries, settings, store, inbox, dispatcher))
     app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, codehosts.masked(settings.secret_values()))

@@ -85,6 +85,8 @@ def build_openapi(server_url: str | None) -> dict[str, Any]:
                 models.LocalPreviewAccepted,
                 WebhookPayload,
                 models.PluginList,
+                models.DeliveryList,
+                models.ReplayAccepted,
             )
         },
     }
@@ -160,6 +162,37 @@ def _paths() -> dict[str, Any]:
                     "413": _error("Body larger than 25 MB"),
                     "415": _error("Content-Type is not application/json"),
                     "500": _error("Processing failed (sync mode), or the inbox cannot be written"),
+                },
+            }
+        },
+        "/api/deliveries": {
+            "get": {
+                "operationId": "listDeliveries",
+                "summary": "The delivery log: every webhook received, the newest first (DELIVERY_LOG_DAYS)",
+                "parameters": [
+                    {"name": "repository", "in": "query", "required": False, "schema": {"type": "string"},
+                     "description": "owner/name, case-insensitive"},
+                    {"name": "pr", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "codehost", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+                ],
+                "responses": {"200": {"description": "Deliveries", "content": _json("DeliveryList")},
+                              "400": _error("A filter that is not valid")},
+            }
+        },
+        "/api/deliveries/{id}/replay": {
+            "post": {
+                "operationId": "replayDelivery",
+                "summary": "Process an accepted delivery's event again (a new event, through the inbox)",
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"},
+                                "description": "The delivery's number in the log"}],
+                "responses": {
+                    "202": {"description": "Queued", "content": _json("ReplayAccepted")},
+                    "400": _error("Invalid delivery id"),
+                    "403": _error("Repository not in allowed list (any more)"),
+                    "404": _error("Not in the log (never, or older than DELIVERY_LOG_DAYS)"),
+                    "409": _error("Not an accepted delivery, or the deployment id belongs to another repository"),
                 },
             }
         },

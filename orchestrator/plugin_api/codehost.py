@@ -72,12 +72,14 @@ class CodeHostSpec(BaseModel):
 
 
 class WebhookRejected(Exception):
-    """A delivery answered with `status` (400, 401, 403, ...) and `message`, and not recorded."""
+    """A delivery answered with `status` (400, 401, 403, ...) and `message`, and not acted on. `about`: the pull
+    request it names (owner/name, number, action) once its body was verified and read, for the delivery log."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.about: tuple[str, int, str] | None = None
 
 
 class CodeHostError(Exception):
@@ -86,9 +88,11 @@ class CodeHostError(Exception):
 
 @dataclass(frozen=True)
 class Ignored:
-    """A delivery acknowledged with 200 and otherwise ignored (a ping, other events, other actions)."""
+    """A delivery acknowledged with 200 and otherwise ignored (a ping, other events, other actions). `about`: the
+    pull request it names (owner/name, number, action), when the service knows it (the delivery log shows it)."""
 
     reason: str
+    about: tuple[str, int, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -274,3 +274,42 @@ class PluginList(BaseModel):
     model_config = ConfigDict(title="PluginList")
 
     plugins: list[PluginInfo]
+
+
+DeliveryOutcome = Literal["accepted", "ignored", "duplicate", "stale", "refused"]
+
+
+class DeliveryLogEntry(BaseModel):
+    """One webhook the service received (the delivery log, `GET /api/deliveries`)."""
+
+    model_config = ConfigDict(title="DeliveryLogEntry", frozen=True)
+
+    id: int = Field(description="Its number in the log: what `POST /api/deliveries/{id}/replay` takes")
+    receivedAt: str = Field(description="When it was received (ISO 8601, UTC)")
+    codehost: str
+    deliveryId: str | None = Field(description="The code host's delivery id header (replays: the service's own)")
+    event: str | None = Field(description="The code host's event header (pull_request, Merge Request Hook, ...)")
+    repository: str | None = Field(description="owner/name, once the delivery was verified and read")
+    prNumber: int | None
+    action: str | None
+    outcome: DeliveryOutcome = Field(description="accepted (queued), ignored (see reason), duplicate (the same "
+                                     "delivery id again), stale (older than the pull request's last event), refused")
+    status: int = Field(description="The HTTP status answered")
+    reason: str | None = Field(description="Why it was ignored or refused; for a replay, which delivery it replays")
+    replayable: bool = Field(description="Accepted, and its event still kept")
+
+
+class DeliveryList(BaseModel):
+    model_config = ConfigDict(title="DeliveryList")
+
+    deliveries: list[DeliveryLogEntry]
+
+
+class ReplayAccepted(BaseModel):
+    model_config = ConfigDict(title="ReplayAccepted")
+
+    status: Literal["ok"] = "ok"
+    deploymentId: str
+    action: str
+    deliveryId: str = Field(description="The replayed event's own delivery id (replay-{id}-…)")
+    logId: int = Field(description="The replay's entry in the delivery log")

@@ -1,6 +1,7 @@
 """GET / and /dashboard: every preview on one page, rendered with Jinja2, no external assets.
 
-The page refreshes itself from `GET /api/previews` (see the template's script). Autoescaping is on: the
+The page refreshes its previews from `GET /api/previews` (see the template's script) and shows the newest
+deliveries of the delivery log as of its load. Autoescaping is on: the
 branch names and error messages shown come from pull requests.
 """
 
@@ -14,7 +15,10 @@ from falcon.asgi import Request, Response
 from importlib_resources import files
 
 from orchestrator.common.humanize import age
+from orchestrator.events.delivery_log import DeliveryLog
 from orchestrator.state.store import DeploymentStore
+
+RECENT_DELIVERIES = 20
 
 
 def _template() -> jinja2.Template:
@@ -25,12 +29,14 @@ def _template() -> jinja2.Template:
 
 
 class DashboardResource:
-    def __init__(self, store: DeploymentStore) -> None:
+    def __init__(self, store: DeploymentStore, deliveries: DeliveryLog) -> None:
         self._store = store
+        self._deliveries = deliveries
         self._template = _template()
 
     async def on_get(self, req: Request, resp: Response) -> None:
         data = await asyncio.to_thread(self._store.read)
+        deliveries = await asyncio.to_thread(self._deliveries.list, limit=RECENT_DELIVERIES)
         previews = sorted(data.deployments.values(), key=lambda r: (r.repoOwner + r.repoName, r.prNumber))
         now = datetime.now(UTC)
         resp.content_type = "text/html; charset=utf-8"
@@ -38,4 +44,5 @@ class DashboardResource:
         # The page runs only its own inline script and talks only to this service (the empty favicon is inline too).
         resp.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
                         "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
-        resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now)
+        resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now,
+                                          deliveries=deliveries)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+from typing import Any
 
 import falcon
 from falcon.asgi import Request, Response
 
+from orchestrator.events.delivery_log import DeliveryLog, Entry
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.gating import Gate
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
@@ -29,7 +32,7 @@ OUTCOMES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 409: "conflic
 
 class WebhookResource:
     def __init__(self, host: CodeHost, settings: Settings, inbox: Inbox, dispatcher: Dispatcher, metrics: Metrics,
-                 store: DeploymentStore) -> None:
+                 store: DeploymentStore, deliveries: DeliveryLog) -> None:
         self._host = host
         self._metrics = metrics
         self._store = store
@@ -38,20 +41,35 @@ class WebhookResource:
         self._sync = settings.webhook_processing == "sync"
         self._inbox = inbox
         self._dispatcher = dispatcher
+        self._deliveries = deliveries
 
     async def on_post(self, req: Request, resp: Response) -> None:
         headers = {name.lower(): value for name, value in req.headers.items()}
         event_type = self._host.event_name(Delivery(headers, b""))  # the host's own reading (Forgejo's header too)
         # Only known event names become label values: the header is the sender's and labels must stay few.
         event_label = event_type if event_type in KNOWN_EVENTS else "other"
+        # What the delivery log keeps of it, filled in as the delivery is understood.
+        seen: dict[str, Any] = {"codehost": self._host.name, "event": event_type,
+                                "delivery_id": self._host.delivery_id(Delivery(headers, b""))}
         try:
-            await self._receive(req, resp, headers)
+            await self._receive(req, resp, headers, seen)
         except falcon.HTTPError as error:
             self._metrics.webhooks.labels(event_label, OUTCOMES.get(error.status_code, "error")).inc()
+            # A sync-mode flow that failed was accepted all the same (and can be replayed).
+            outcome = "accepted" if seen.get("kept_event") is not None else "refused"
+            await self._log(Entry(outcome=outcome, status=error.status_code, reason=error.description, **seen))
             raise
-        self._metrics.webhooks.labels(event_label, resp.context.get("outcome", "accepted")).inc()
+        outcome = resp.context.get("outcome", "accepted")
+        self._metrics.webhooks.labels(event_label, outcome).inc()
+        await self._log(Entry(outcome=outcome, status=200, **seen))
 
-    async def _receive(self, req: Request, resp: Response, headers: dict[str, str]) -> None:
+    async def _log(self, entry: Entry) -> None:
+        try:
+            await asyncio.to_thread(self._deliveries.record, entry)
+        except sqlite3.Error as exc:  # the log is for people: never the reason a delivery fails
+            log.warning("delivery not written to the delivery log: %s", exc)
+
+    async def _receive(self, req: Request, resp: Response, headers: dict[str, str], seen: dict[str, Any]) -> None:
         delivery = Delivery(headers, await _read_body(req))
         try:
             foreign = self._host.claims(delivery)
@@ -62,18 +80,22 @@ class WebhookResource:
             parsed = parse_delivery(self._host, delivery, self._allowed, self._gate)
         except WebhookRejected as rejected:
             log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
+            seen.update(_about(rejected.about))
             status = falcon.code_to_http_status(rejected.status)
             raise falcon.HTTPError(status, description=rejected.message) from None
 
         if isinstance(parsed, Ignored):
             log.info("webhook acknowledged and ignored: %s", parsed.reason)
+            seen.update(_about(parsed.about), reason=parsed.reason)
             resp.context["outcome"] = "ignored"
             resp.media = OK
             return
 
         extra = {"deploymentId": parsed.deployment_id}
+        seen.update(repository=f"{parsed.repo_owner}/{parsed.repo_name}", pr_number=parsed.pr_number,
+                    action=parsed.action)
         try:
-            await asyncio.to_thread(self._check_owner, parsed)
+            await asyncio.to_thread(check_owner, self._store, parsed)
             accepted = await asyncio.to_thread(self._inbox.accept, parsed)
         except DeploymentTaken as taken:
             message = foreign_repository_message(parsed.deployment_id, taken.owner, taken.name)
@@ -85,6 +107,7 @@ class WebhookResource:
             raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc
         if accepted.duplicate:
             log.info("delivery %s already received; not processed again", parsed.delivery_id, extra=extra)
+            seen["reason"] = "a delivery with this id was received before"
             resp.context["outcome"] = "duplicate"
             resp.media = OK
             return
@@ -93,26 +116,18 @@ class WebhookResource:
             # a preview its pull request has since reopened.
             log.warning("delivery %s is older than the pull request's last event (updated_at %s); not processed",
                         parsed.delivery_id, parsed.pr_updated_at, extra=extra)
+            seen["reason"] = "older than the pull request's last event (or the same again)"
             resp.context["outcome"] = "stale"
             resp.media = OK
             return
         log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
-        if parsed.action == "closed":
-            self._dispatcher.cancel(parsed.deployment_id, "the pull request was closed")
-        self._dispatcher.notify()
+        seen["kept_event"] = parsed
+        queue_accepted(self._dispatcher, parsed)
         if self._sync:
             outcome = await self._dispatcher.wait_for(accepted.seq)
             if outcome.status == "failed":
                 raise falcon.HTTPInternalServerError(description=outcome.error or "Processing failed")
         resp.media = OK
-
-
-    def _check_owner(self, event: PullRequestEvent) -> None:
-        """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one
-        must never update or remove the other's preview."""
-        record = self._store.read().deployments.get(event.deployment_id)
-        if record is not None and not record.belongs_to(event):
-            raise DeploymentTaken(record.repoOwner, record.repoName)
 
 
 async def _read_body(req: Request) -> bytes:
@@ -127,6 +142,25 @@ async def _read_body(req: Request) -> bytes:
             raise _too_large()
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def check_owner(store: DeploymentStore, event: PullRequestEvent) -> None:
+    """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one must never
+    update or remove the other's preview (DeploymentTaken)."""
+    record = store.read().deployments.get(event.deployment_id)
+    if record is not None and not record.belongs_to(event):
+        raise DeploymentTaken(record.repoOwner, record.repoName)
+
+
+def queue_accepted(dispatcher: Dispatcher, event: PullRequestEvent) -> None:
+    """An event just accepted into the inbox: a `closed` one stops the preview's running deploy; look for work."""
+    if event.action == "closed":
+        dispatcher.cancel(event.deployment_id, "the pull request was closed")
+    dispatcher.notify()
+
+
+def _about(about: tuple[str, int, str] | None) -> dict[str, Any]:
+    return dict(zip(("repository", "pr_number", "action"), about, strict=True)) if about else {}
 
 
 def _too_large() -> falcon.HTTPError:
