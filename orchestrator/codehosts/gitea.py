@@ -31,6 +31,7 @@ from orchestrator.plugin_api.codehost import (
     Ignored,
     PayloadModel,
     PullRequestChange,
+    PullRequestComment,
     WebhookRejected,
     find_issue_comment,
     json_object,
@@ -110,6 +111,28 @@ class _Delivery(PayloadModel):
     changes: _Changes | None = None
 
 
+class _User(PayloadModel):
+    login: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # it goes into an API path
+
+
+class _Comment(PayloadModel):
+    body: str = Field(default="", max_length=65536)
+    user: _User
+
+
+class _Issue(PayloadModel):
+    number: int = Field(ge=1)
+    pull_request: Any = None
+
+
+class _CommentDelivery(PayloadModel):
+    action: str = Field(max_length=40)
+    is_pull: bool = False
+    issue: _Issue
+    comment: _Comment
+    repository: _Repo
+
+
 def _wip(title: Any) -> bool:
     return str(title)[:1000].strip().lower().startswith(WIP_PREFIXES)
 
@@ -147,8 +170,10 @@ class Gitea(ApiCodeHost):
         if not any(signature_matches(self.secret, delivery.body, value) for value in given if value):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
         event = self.event_name(delivery)
+        if event in ("issue_comment", "pull_request_comment"):
+            return self._comment(delivery)
         if event != "pull_request":
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         document = json_object(delivery.body)
@@ -168,20 +193,49 @@ class Gitea(ApiCodeHost):
             return Ignored(f"pull_request action {payload.action!r} is not handled")
         return _change(action, pr, payload.repository)
 
+    @staticmethod
+    def _comment(delivery: Delivery) -> PullRequestComment | Ignored:
+        """A comment's delivery (`issue_comment`; a pull request's has `is_pull`)."""
+        try:
+            payload = _CommentDelivery.model_validate(json_object(delivery.body))
+        except ValidationError as exc:
+            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        if payload.action != "created":
+            return Ignored(f"issue_comment action {payload.action!r} is not handled")
+        if not payload.is_pull and payload.issue.pull_request is None:
+            return Ignored("a comment on an issue, not on a pull request")
+        owner, _, name = payload.repository.full_name.partition("/")
+        return PullRequestComment(owner=owner, name=name, number=payload.issue.number,
+                                  author=payload.comment.user.login, body=payload.comment.body)
+
     # The API --------------------------------------------------------------------------------------------
+
+    def can_write(self, owner: str, repo: str, author: str, author_id: int | None) -> bool:
+        """`GET /repos/{owner}/{repo}/collaborators/{user}/permission`: owner, admin or write."""
+        response = self.api.request("permission", "GET", f"/repos/{owner}/{repo}/collaborators/{author}/permission")
+        if response.status_code in (403, 404):  # not a collaborator
+            return False
+        return str(self.api.check(response).json().get("permission")) in ("owner", "admin", "write")
+
+    def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
+        return self._listed(self.api.check(self.api.request("pull", "GET", f"/repos/{owner}/{repo}/pulls/{number}"))
+                            .json())
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 50 a page (Gitea's default maximum)."""
-        changes = []
-        for item in self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "limit": 50}):
-            try:
-                pr = _PullRequest.model_validate(item)
-            except ValidationError as exc:
-                raise CodeHostError("the open pull requests' listing: " + describe_problems(exc)) from None
-            if pr.base.repo is None:
-                raise CodeHostError(f"the open pull requests' listing: #{pr.number} has no base repository")
-            changes.append(_change("opened", pr, pr.base.repo))
-        return changes
+        items = self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "limit": 50})
+        return [self._listed(item) for item in items]
+
+    @staticmethod
+    def _listed(item: Any) -> PullRequestChange:
+        """A pull request as the API gives it (its base repository inside) as an `opened` change."""
+        try:
+            pr = _PullRequest.model_validate(item)
+        except ValidationError as exc:
+            raise CodeHostError("the pull request as listed: " + describe_problems(exc)) from None
+        if pr.base.repo is None:
+            raise CodeHostError(f"the pull request as listed: #{pr.number} has no base repository")
+        return _change("opened", pr, pr.base.repo)
 
     def upsert_comment(self, owner: str, repo: str, number: int, comment_id: int | None, body: str) -> int:
         return upsert_issue_comment(self.api, owner, repo, number, comment_id, body)

@@ -27,6 +27,7 @@ from orchestrator.plugin_api.codehost import (
     Delivery,
     Ignored,
     PullRequestChange,
+    PullRequestComment,
     WebhookRejected,
     find_issue_comment,
     signature_matches,
@@ -96,7 +97,7 @@ class GitHub(ApiCodeHost):
         if not signature_matches(self.secret, delivery.body, delivery.header("X-Hub-Signature-256"), "sha256="):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
         return parse_pull_request(delivery.body, delivery.header(self.event_header))
 
     # The API --------------------------------------------------------------------------------------------
@@ -107,6 +108,19 @@ class GitHub(ApiCodeHost):
     def find_marked_comment(self, owner: str, repo: str, number: int, marker: str) -> int | None:
         """Among the first 100 comments."""
         return find_issue_comment(self.api, owner, repo, number, marker, {"per_page": 100}, self._as(owner, repo))
+
+    def can_write(self, owner: str, repo: str, author: str, author_id: int | None) -> bool:
+        """`GET /repos/{owner}/{repo}/collaborators/{user}/permission`: `admin` or `write` (maintain is `write`)."""
+        response = self.api.request("permission", "GET", f"/repos/{owner}/{repo}/collaborators/{author}/permission",
+                                    headers=self._as(owner, repo))
+        if response.status_code == 404:  # not a collaborator (or not a user)
+            return False
+        return str(self.api.check(response).json().get("permission")) in ("admin", "write")
+
+    def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
+        response = self.api.request("pull", "GET", f"/repos/{owner}/{repo}/pulls/{number}",
+                                    headers=self._as(owner, repo))
+        return listed_pull_request(self.api.check(response).json())
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 100 a page, each page conditional (ETag)."""

@@ -17,6 +17,7 @@ from orchestrator.plugin_api.codehost import (
     Ignored,
     PayloadModel,
     PullRequestChange,
+    PullRequestComment,
     WebhookRejected,
     json_object,
     labels_of,
@@ -83,13 +84,15 @@ class WebhookPayload(PayloadModel):
     repository: Repository
 
 
-def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange | Ignored:
+def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange | PullRequestComment | Ignored:
     """A verified delivery's body: its pull-request change, or why it is ignored; WebhookRejected(400) for a
     body that is not what GitHub sends."""
     document = json_object(body)
     event_type = event_type or _event_of(document)
     if event_type == "ping":
         return Ignored("ping")
+    if event_type == "issue_comment":
+        return comment_of(document)
     if event_type != "pull_request":
         return Ignored(f"event {event_type or '(none)'} is not handled")
     action = document.get("action")
@@ -143,6 +146,45 @@ def listed_pull_request(item: Any) -> PullRequestChange:
         clone_url=(head_repo.clone_url if head_repo else None) or pr.base.repo.clone_url,
         head_repository=head_repo.full_name if head_repo else None, base_ref=pr.base.ref,
         updated_at=pr.updated_at, **gating_facts({"pull_request": item}))
+
+
+class CommentUser(PayloadModel):
+    login: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # it goes into an API path
+    type: str | None = Field(default=None, max_length=40)
+
+
+class Comment(PayloadModel):
+    body: str = Field(default="", max_length=65536)
+    user: CommentUser
+
+
+class Issue(PayloadModel):
+    number: int = Field(ge=1, le=MAX_PR_NUMBER)
+    pull_request: dict[str, Any] | None = None  # present when the issue is a pull request
+
+
+class CommentPayload(PayloadModel):
+    action: str = Field(max_length=40)
+    issue: Issue
+    comment: Comment
+    repository: Repository
+
+
+def comment_of(document: dict[str, Any]) -> PullRequestComment | Ignored:
+    """An `issue_comment` delivery: a new comment on a pull request, or why it is ignored."""
+    if document.get("action") != "created":
+        return Ignored(f"issue_comment action {str(document.get('action'))[:40]!r} is not handled")
+    try:
+        payload = CommentPayload.model_validate(document)
+    except ValidationError as exc:
+        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+    if payload.issue.pull_request is None:
+        return Ignored("a comment on an issue, not on a pull request")
+    if payload.comment.user.type == "Bot":
+        return Ignored("a comment written by a bot")
+    owner, _, name = payload.repository.full_name.partition("/")
+    return PullRequestComment(owner=owner, name=name, number=payload.issue.number,
+                              author=payload.comment.user.login, body=payload.comment.body)
 
 
 def gating_facts(document: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from orchestrator.plugin_api.codehost import (
     Ignored,
     PayloadModel,
     PullRequestChange,
+    PullRequestComment,
     WebhookRejected,
     json_object,
     labels_of,
@@ -40,6 +41,8 @@ from orchestrator.plugin_api.codehost import (
 
 NAME = "gitlab"
 EVENT = "Merge Request Hook"
+NOTE_EVENT = "Note Hook"
+DEVELOPER = 30  # the access level that may push (Developer, Maintainer 40, Owner 50)
 CONTEXT = "preview-orchestrator"
 # GitLab's commit status states (pending, running, success, failed, canceled) for the service's. A status cannot
 # go back from success, so the removal of a preview leaves it as it is (`inactive`: nothing is sent).
@@ -120,6 +123,29 @@ class _ListedMergeRequest(PayloadModel):
     work_in_progress: bool = False
     labels: Any = None  # names, read leniently
     updated_at: str | None = Field(default=None, max_length=40)
+    state: str = Field(default="opened", max_length=20)
+
+
+class _NoteUser(PayloadModel):
+    username: str = Field(max_length=255)
+    id: int | None = None
+
+
+class _Note(PayloadModel):
+    note: str = Field(default="", max_length=65536)
+    noteable_type: str | None = Field(default=None, max_length=40)
+    action: str | None = Field(default=None, max_length=40)  # `create`/`update` (GitLab 16+); absent before
+
+
+class _NoteMergeRequest(PayloadModel):
+    iid: int = Field(ge=1)
+
+
+class _NoteDelivery(PayloadModel):
+    project: _Project
+    object_attributes: _Note
+    user: _NoteUser
+    merge_request: _NoteMergeRequest | None = None
 
 
 class _Delivery(PayloadModel):
@@ -152,8 +178,10 @@ class GitLab(ApiCodeHost):
         if not given or not hmac.compare_digest(given, self.secret):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
         event = delivery.header(self.event_header)
+        if event == NOTE_EVENT:
+            return self._note(delivery)
         if event != EVENT:
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         try:
@@ -180,6 +208,22 @@ class GitLab(ApiCodeHost):
             open=mr.state == "opened")
 
     @staticmethod
+    def _note(delivery: Delivery) -> PullRequestComment | Ignored:
+        """A `Note Hook`: a comment on a merge request, or why it is ignored."""
+        try:
+            payload = _NoteDelivery.model_validate(json_object(delivery.body))
+        except ValidationError as exc:
+            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        note = payload.object_attributes
+        if note.noteable_type != "MergeRequest" or payload.merge_request is None:
+            return Ignored(f"a note on a {str(note.noteable_type)[:40]}, not on a merge request")
+        if note.action not in (None, "create"):
+            return Ignored(f"note action {note.action!r} is not handled")
+        owner, _, name = payload.project.path_with_namespace.rpartition("/")
+        return PullRequestComment(owner=owner, name=name, number=payload.merge_request.iid,
+                                  author=payload.user.username, body=note.note, author_id=payload.user.id)
+
+    @staticmethod
     def _update(mr: _Attributes, changes: _Changes | None, draft: bool) -> str | None:
         """An `update`: new commits (`oldrev`), else a draft change, else a label change, else nothing to do."""
         if mr.oldrev:
@@ -197,24 +241,46 @@ class GitLab(ApiCodeHost):
     def _project(owner: str, repo: str) -> str:
         return quote(f"{owner}/{repo}", safe="")
 
+    def can_write(self, owner: str, repo: str, author: str, author_id: int | None) -> bool:
+        """`GET /projects/{path}/members/all/{user id}` (inherited members too): Developer or more."""
+        if author_id is None:
+            return False
+        response = self.api.request("permission", "GET",
+                                    f"/projects/{self._project(owner, repo)}/members/all/{author_id}")
+        if response.status_code == 404:
+            return False
+        access = self.api.check(response).json().get("access_level")
+        return isinstance(access, int) and access >= DEVELOPER
+
+    def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
+        """`GET /projects/{path}/merge_requests/{iid}`, with the projects for the clone URL."""
+        return next(iter(self._merge_requests(owner, repo, f"/merge_requests/{number}")), None)
+
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /projects/{path}/merge_requests?state=opened`, 100 a page; the project itself (and a fork's source
         project) for the clone URLs, which the listing does not carry."""
+        return self._merge_requests(owner, repo, "/merge_requests")
+
+    def _merge_requests(self, owner: str, repo: str, path: str) -> list[PullRequestChange]:
+        """The open merge requests (`path` /merge_requests), or the one of `path` /merge_requests/{iid}."""
         project = self._project_info(self._project(owner, repo))
         if project is None:
             raise CodeHostError(f"project {owner}/{repo} not found")
         base_owner, _, name = project.path_with_namespace.rpartition("/")
         sources: dict[int, _ListedProject | None] = {project.id: project}
         changes = []
-        items = self.api.paged("merge_requests", f"/projects/{project.id}/merge_requests",
-                               {"state": "opened", "per_page": 100})
+        if path == "/merge_requests":
+            items = self.api.paged("merge_requests", f"/projects/{project.id}{path}",
+                                   {"state": "opened", "per_page": 100})
+        else:
+            items = [self.api.check(self.api.request("merge_request", "GET", f"/projects/{project.id}{path}")).json()]
         for item in items:
             try:
                 mr = _ListedMergeRequest.model_validate(item)
                 updated = _time(mr.updated_at)
             except (ValidationError, WebhookRejected) as exc:
                 problem = describe_problems(exc) if isinstance(exc, ValidationError) else exc.message
-                raise CodeHostError(f"the open merge requests' listing: {problem}") from None
+                raise CodeHostError(f"the merge requests as listed: {problem}") from None
             source_id = mr.source_project_id if mr.source_project_id is not None else project.id
             if source_id not in sources:
                 sources[source_id] = self._project_info(str(source_id))  # a fork's, once per listing
@@ -224,7 +290,7 @@ class GitLab(ApiCodeHost):
                 action="opened", owner=base_owner, name=name, number=mr.iid, head_ref=mr.source_branch,
                 head_sha=mr.sha, clone_url=source.http_url_to_repo if source else None,
                 head_repository=source.path_with_namespace if source else None, base_ref=mr.target_branch,
-                updated_at=updated, draft=mr.draft or mr.work_in_progress,
+                updated_at=updated, draft=mr.draft or mr.work_in_progress, open=mr.state == "opened",
                 labels=frozenset(str(label)[:255].lower() for label in names if isinstance(label, str))))
         return changes
 

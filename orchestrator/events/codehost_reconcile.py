@@ -26,7 +26,7 @@ from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.gating import DEPLOY, Gate
 from orchestrator.events.inbox import Inbox
 from orchestrator.events.periodic import EventScheduler
-from orchestrator.events.webhook import event_of
+from orchestrator.flows.change_event import event_of
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import CodeHost, CodeHostError, PullRequestChange, WebhookRejected
 from orchestrator.rendering.plugin_host import CodeHosts

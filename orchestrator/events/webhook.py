@@ -12,17 +12,24 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from orchestrator.common.naming import CODEHOST, SHA_PATTERN, branch_problem, deployment_id, project_slug
+from orchestrator.common.naming import CODEHOST, deployment_id, project_slug
+from orchestrator.events.commands import command_in
 from orchestrator.events.gating import CLEANUP, Gate
-from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, PullRequestChange, WebhookRejected
-from orchestrator.state.records import MAX_PR_NUMBER, EventTrigger, PullRequestEvent
+from orchestrator.flows.change_event import event_of
+from orchestrator.plugin_api.codehost import (
+    CodeHost,
+    Delivery,
+    Ignored,
+    PullRequestComment,
+    WebhookRejected,
+)
+from orchestrator.state.records import MAX_PR_NUMBER, PullRequestEvent
 
 __all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "event_of", "parse_delivery"]
 log = logging.getLogger("orchestrator.events.webhook")
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 _DELIVERY_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
-_NEEDS_HEAD = ("opened", "reopened", "synchronize")
 
 
 def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[str],
@@ -32,6 +39,8 @@ def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[
     change = host.parse(delivery)
     if isinstance(change, Ignored):
         return change
+    if isinstance(change, PullRequestComment):
+        return _comment(host, change, allowed_repos, delivery_id)
     about = (f"{change.owner}/{change.name}"[:300], change.number, change.action)
     try:
         if f"{change.owner}/{change.name}".lower() not in allowed_repos:
@@ -50,6 +59,30 @@ def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[
         raise
 
 
+def _comment(host: CodeHost, comment: PullRequestComment, allowed_repos: frozenset[str],
+             delivery_id: str) -> PullRequestEvent | Ignored:
+    """A comment on a pull request: a `command` event when it holds a `/preview …` line."""
+    about = (f"{comment.owner}/{comment.name}"[:300], comment.number, "comment")
+    if f"{comment.owner}/{comment.name}".lower() not in allowed_repos:
+        rejected = WebhookRejected(403, "Repository not in allowed list")
+        rejected.about = about
+        raise rejected
+    found = command_in(comment.body)
+    if found is None:
+        return Ignored(f"pull request #{comment.number}: a comment without a /preview command", about)
+    if not 1 <= comment.number <= MAX_PR_NUMBER:
+        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
+    try:
+        slug = project_slug(comment.owner, comment.name)
+    except ValueError as exc:
+        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
+    return PullRequestEvent(
+        delivery_id=delivery_id, action="command", deployment_id=deployment_id(slug, comment.number),
+        project_slug=slug, repo_owner=comment.owner, repo_name=comment.name, pr_number=comment.number,
+        received_at=datetime.now(UTC), codehost=host.name, command=found[0], command_argument=found[1],
+        command_author=comment.author[:255], command_author_id=comment.author_id)
+
+
 def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
     header = host.delivery_id(delivery)
     if header is None or header == "":
@@ -58,44 +91,3 @@ def _delivery_id(host: CodeHost, delivery: Delivery) -> str:
         raise WebhookRejected(400, f"Invalid {host.delivery_header} header")
     # Ids are unique per host, not between hosts: another host's are kept apart by its name (GitHub's as they are).
     return header if host.name == CODEHOST else f"{host.name}:{header}"
-
-
-def event_of(codehost: str, change: PullRequestChange, action: str, delivery_id: str,
-             trigger: EventTrigger | None = None) -> PullRequestEvent:
-    """The event of a change (a delivery's, or the reconcile's look at the open pull requests) once its names,
-    branch and commit are checked; WebhookRejected(400) says which is not valid."""
-    if not 1 <= change.number <= MAX_PR_NUMBER:
-        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
-    try:
-        slug = project_slug(change.owner, change.name)
-    except ValueError as exc:
-        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
-    if change.head_ref is not None and (problem := branch_problem(change.head_ref)):
-        raise WebhookRejected(400, f"Invalid payload: the head branch name {problem}")
-    if change.head_sha is not None and not SHA_PATTERN.match(change.head_sha):
-        raise WebhookRejected(400, "Invalid payload: the head commit must be a 40 or 64 character hex SHA")
-    if change.clone_url is not None and len(change.clone_url) > 2048:
-        raise WebhookRejected(400, "Invalid payload: the clone URL is longer than 2048 characters")
-    if action in _NEEDS_HEAD:
-        missing = [what for what, value in (("ref", change.head_ref), ("sha", change.head_sha)) if value is None]
-        if missing:
-            fields = ", ".join(f"pull_request.head.{what}" for what in missing)
-            raise WebhookRejected(400, f"Invalid payload: {fields} required for {action}")
-    return PullRequestEvent(
-        delivery_id=delivery_id,
-        action=action,
-        deployment_id=deployment_id(slug, change.number),
-        project_slug=slug,
-        repo_owner=change.owner,
-        repo_name=change.name,
-        pr_number=change.number,
-        branch=change.head_ref,
-        commit_sha=change.head_sha,
-        clone_url=change.clone_url,
-        head_repo_full_name=change.head_repository,
-        base_ref=change.base_ref,
-        received_at=datetime.now(UTC),
-        codehost=codehost,
-        pr_updated_at=change.updated_at,
-        trigger=trigger,
-    )

@@ -13,7 +13,6 @@ from orchestrator.flows.context import FlowContext
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import forget, set_fields
 from orchestrator.flows.reporting import Reporter
-from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 log = logging.getLogger("orchestrator.flows.cleanup")
@@ -32,9 +31,7 @@ class CleanupFlow:
             log.info("cleanup retry not run: the preview's cleanup is no longer incomplete", extra=extra)
             return  # a reopen deployed it again meanwhile, or another cleanup finished it
         target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
-        compose_file = next((target.work_dir / name for name in (REPO_COMPOSE_OUTPUT, GENERATED_COMPOSE)
-                             if (target.work_dir / name).is_file()), None)
-        problems = self.c.runtime.remove(event.deployment_id, compose_file)
+        problems = self.c.runtime.remove(event.deployment_id, target.compose_file())
         try:
             remove_tree(target.work_dir)
             remove_tree(target.git_dir)

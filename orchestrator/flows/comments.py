@@ -11,12 +11,15 @@ TRIGGERS = {
     "reconcile": "Started by the service's regular look at the open pull requests (RECONCILE_INTERVAL_MINUTES): "
                  "no webhook reported this change.",
     "replay": "Started again from the service's delivery log (a replayed delivery).",
+    "command": "Started by `/preview {command}` from @{author}.",
 }
 
 
-def with_trigger(body: str, trigger: str | None) -> str:
+def with_trigger(body: str, trigger: str | None, command: str | None = None, author: str | None = None) -> str:
     """A comment's text, with a last line saying what started the flow when it was not the code host's delivery."""
-    return f"{body}\n\n<sub>{TRIGGERS[trigger]}</sub>" if trigger in TRIGGERS else body
+    if trigger not in TRIGGERS:
+        return body
+    return f"{body}\n\n<sub>{TRIGGERS[trigger].format(command=command, author=author)}</sub>"
 
 
 def _short(sha: str | None) -> str:

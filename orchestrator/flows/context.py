@@ -18,6 +18,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime, can_sleep, updates_leave_gap
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
+from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
@@ -44,6 +45,12 @@ class Target:
     work_dir: Path
     git_dir: Path  # beside the work directory: nothing a preview can see
     log: DeploymentLog
+
+    def compose_file(self) -> Path | None:
+        """The compose file the service wrote for the deployment's last deploy (a repository's, normalized and
+        judged, or one generated from the plugins), None before any."""
+        return next((self.work_dir / name for name in (REPO_COMPOSE_OUTPUT, GENERATED_COMPOSE)
+                     if (self.work_dir / name).is_file()), None)
 
 
 class FlowContext:

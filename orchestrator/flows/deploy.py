@@ -27,14 +27,16 @@ class DeployFlow:
         self.reporter = reporter
         self.steps = BuildSteps(context)
 
-    def run(self, event: PullRequestEvent, existing: DeploymentRecord | None, control: FlowControl) -> None:
+    def run(self, event: PullRequestEvent, existing: DeploymentRecord | None, control: FlowControl,
+            comment_id: int | None = None) -> None:
+        """`comment_id`: the pull request's comment to edit when there is no record yet (a refused fork's)."""
         started = time.monotonic()
         target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
         updating = existing is not None
         if not updating and (refusal := self.refusal(event)):
             self.reporter.refuse(event, refusal)
             raise FlowError(refusal)
-        comment_id = self.reporter.comment(event, existing.commentId if existing else None,
+        comment_id = self.reporter.comment(event, existing.commentId if existing else comment_id,
                                            comments.building(event.commit_sha, updating))
         try:
             record = begin(self.c.store, event, comment_id,

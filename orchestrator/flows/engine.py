@@ -3,6 +3,7 @@
 
     handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place)
                   → cleanup.py (closed)
+                  → commands.py (command: a `/preview …` comment; redeploy, destroy, reset-db, extend, approve)
                   → sleep.py (sleep, wake: the service's own events, PREVIEW_IDLE_MINUTES)
     startup(...)  → reconcile.py (once, before the first event)    expired(now) → reconcile.py (the TTL)
     watch()       → reconcile.py (running previews the runtime reports lost)
@@ -18,6 +19,7 @@ from datetime import datetime
 
 from orchestrator.common.flow_control import FlowControl, unlimited
 from orchestrator.flows.cleanup import CleanupFlow
+from orchestrator.flows.commands import CommandFlow
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
@@ -34,7 +36,9 @@ from orchestrator.state.store import DeploymentStore
 __all__ = ["INTERRUPTED", "DeployEngine", "build_engine"]
 log = logging.getLogger("orchestrator.flows.engine")
 FORK_REFUSAL = ("Pull requests from forks are not deployed: their code would run on the preview host. "
-                "A maintainer can push the branch to this repository, or the operator can set ALLOW_FORK_PRS=true.")
+                "A maintainer who reviewed it can comment `/preview approve {sha}` to deploy this commit (each new "
+                "push needs approving again), push the branch to this repository, or the operator can set "
+                "ALLOW_FORK_PRS=true.")
 
 
 def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, store: DeploymentStore,
@@ -55,6 +59,7 @@ class DeployEngine:
         self.cleanup_flow = CleanupFlow(self.context, self.reporter)
         self.reconciler = Reconciler(self.context, self.reporter)
         self.sleep_flow = SleepFlow(self.context, self.reporter)
+        self.command_flow = CommandFlow(self.context, self.reporter, self.deploy_flow, self.cleanup_flow)
         # What tests and embedders reach for.
         self.settings, self.plugins, self.codehosts, self.metrics = settings, plugins, codehosts, metrics
         self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
@@ -68,6 +73,8 @@ class DeployEngine:
             self.sleep_flow.sleep(event)
         elif event.action == "wake":
             self.sleep_flow.wake(event, control)
+        elif event.action == "command":  # a `/preview …` comment: its author's permission is checked there
+            self.command_flow.run(event, existing, control)
         elif event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
             self._refuse_fork(event)
         elif event.action == "closed":
@@ -101,4 +108,4 @@ class DeployEngine:
         log.info("pull request from fork %s not deployed", event.head_repo_full_name,
                  extra={"deploymentId": event.deployment_id})
         if event.action in ("opened", "reopened"):
-            self.reporter.refuse(event, FORK_REFUSAL)
+            self.reporter.refuse(event, FORK_REFUSAL.format(sha=(event.commit_sha or "")[:7]))

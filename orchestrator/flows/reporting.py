@@ -41,7 +41,8 @@ class Reporter:
             return None
         try:
             new_id = host.upsert_comment(event.repo_owner, event.repo_name, event.pr_number, comment_id,
-                                         comments.with_trigger(body, event.trigger))
+                                         comments.with_trigger(body, event.trigger, event.command,
+                                                               event.command_author))
         except CODEHOST_ERRORS as exc:
             log.warning("comment not posted: %s", exc, extra={"deploymentId": event.deployment_id})
             return comment_id
@@ -52,15 +53,20 @@ class Reporter:
     def refuse(self, event: PullRequestEvent, message: str) -> None:
         """One comment per pull request, also for refusals: there is no record to remember it, so the service's
         earlier comment is looked up on the code host and edited."""
+        if self._host(event) is None:
+            return
+        self.comment(event, self.marked_comment(event), comments.refused(message))
+
+    def marked_comment(self, event: PullRequestEvent) -> int | None:
+        """The service's earlier comment on the pull request when no record remembers it (a refusal's), or None."""
         host = self._host(event)
         if host is None:
-            return
+            return None
         try:
-            existing = host.find_marked_comment(event.repo_owner, event.repo_name, event.pr_number, comments.MARKER)
+            return host.find_marked_comment(event.repo_owner, event.repo_name, event.pr_number, comments.MARKER)
         except CODEHOST_ERRORS as exc:
             log.warning("comments not listed: %s", exc, extra={"deploymentId": event.deployment_id})
-            existing = None
-        self.comment(event, existing, comments.refused(message))
+            return None
 
     def start(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> int | None:
         """The commit's status `in_progress`: on a code-host deployment for this commit where the host has them

@@ -29,7 +29,6 @@ from orchestrator.flows.reporting import Reporter
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.runtime import RuntimeFailure, can_sleep, wake
 from orchestrator.rendering.checkout_config import load_checkout_config
-from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 log = logging.getLogger("orchestrator.flows.sleep")
@@ -136,8 +135,7 @@ class SleepFlow:
         self.reporter.comment(event, record.commentId, comments.awake(link, record.commitSha, seconds))
 
     def _start(self, record: DeploymentRecord, target: Target, control: FlowControl) -> None:
-        compose_file = next((target.work_dir / name for name in (REPO_COMPOSE_OUTPUT, GENERATED_COMPOSE)
-                             if (target.work_dir / name).is_file()), None)
+        compose_file = target.compose_file()
         if compose_file is None:
             raise _WakeFailed("Wake failed: the preview's compose file is gone")
         try:

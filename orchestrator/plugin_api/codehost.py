@@ -8,7 +8,8 @@ path, `POST /webhook/{name}`, and for each delivery there:
 1. `claims(delivery)`: a reason the delivery is not this host's (another host's headers), or None;
 2. `verify(delivery)`: raise `WebhookRejected(401, "Invalid signature")` unless it is signed with the host's
    secret (compare in constant time: `signature_matches`);
-3. `parse(delivery)`: the pull-request change it reports, in the service's words (`PullRequestChange`), or
+3. `parse(delivery)`: the pull-request change it reports, in the service's words (`PullRequestChange`), a new
+   comment on a pull request (`PullRequestComment`: the service reads `/preview …` commands from it), or
    `Ignored(reason)` for anything else (a ping, another event, an action that changes nothing).
    `WebhookRejected(400, ...)` for a body that is not what the host sends.
 
@@ -17,7 +18,9 @@ The service then does the rest, the same for every host: the allow-list (`ALLOWE
 untrusted input until `verify` passed, and the payload's fields after it: bound what you read (`max_length`).
 
 The API side is what a flow tells the pull request: its one comment (`upsert_comment`, `find_marked_comment`)
-and a status of the deployed commit (`start_deployment`, `set_status`); and what the reconcile asks (RECONCILE_
+and a status of the deployed commit (`start_deployment`, `set_status`); for `/preview` commands, whether a
+user may write to the repository (`can_write`), a short reply (`reply`) and a pull request's head (`pull_request`,
+for `/preview approve`); and what the reconcile asks (RECONCILE_
 INTERVAL_MINUTES): the open pull requests of a repository (`open_pull_requests`, as `opened` changes) and how much
 of the API's rate limit is left (`rate_limit`). A host that cannot list leaves that method out: its previews then
 follow its webhooks alone. A method that fails raises
@@ -150,6 +153,19 @@ class PullRequestChange:
     open: bool = True  # the pull request's state: a change of a closed one can only remove its preview
 
 
+@dataclass(frozen=True)
+class PullRequestComment:
+    """A comment just written on a pull request of `owner/name`: the service looks for a `/preview …` command in it.
+    `author_id`: the author's numeric id where the host's permission API wants it (GitLab)."""
+
+    owner: str
+    name: str
+    number: int
+    author: str
+    body: str
+    author_id: int | None = None
+
+
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object, or WebhookRejected(400) naming what is wrong."""
     try:
@@ -200,7 +216,7 @@ class CodeHost:
     def verify(self, delivery: Delivery) -> None:
         raise NotImplementedError
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
         raise NotImplementedError
 
     def event_name(self, delivery: Delivery) -> str | None:
@@ -228,6 +244,20 @@ class CodeHost:
                    description: str, url: str | None = None) -> None:
         """Report `state` (STATES) of the preview of `sha`, or of `deployment` where `start_deployment` made
         one; `url`: the preview's, with `success`."""
+
+    def can_write(self, owner: str, repo: str, author: str, author_id: int | None) -> bool:
+        """Whether `author` may push to `owner/repo` (write, maintain or admin; GitLab: Developer or more): who may
+        run `/preview` commands. CodeHostError when the host cannot say. The default: nobody."""
+        return False
+
+    def reply(self, owner: str, repo: str, number: int, body: str) -> None:
+        """A short new comment on the pull request (the answer to a command that was not run)."""
+        self.upsert_comment(owner, repo, number, None, body)
+
+    def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
+        """The pull request as it is now, as an `opened` change (its head, clone URL, state), or None when the host
+        cannot say (`/preview approve` deploys what this returns). CodeHostError when the call fails."""
+        return None
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange] | None:
         """Every open pull request of `owner/repo`, each as an `opened` change (draft flag and labels as a delivery

@@ -19,9 +19,12 @@ preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (se
 file generated from the plugins whose database has a DatabaseSeed: it may create the database's volume from a
 seed (see `seed_database` below); without it every database initialises itself. And `collect_garbage()`, run
 every SWARM_REGISTRY_GC_INTERVAL_SECONDS, which frees what closed previews left in the runtime's storage (see
-`collect_garbage` below). And the attribute `updates_leave_gap = True` for a runtime whose update stops the old app
-before the new one answers (see `updates_leave_gap` below). And `checks() -> list[Check]`, the runtime's own
-lines for `doctor` and the start-up checks (a failed `hard` one stops the service; see `runtime_checks` below).
+`collect_garbage` below). And `reset_database(deployment_id, compose_file, log)`, for `/preview reset-db`: the
+`db` service's data and its and the app's containers removed, so that the next start makes the database as a new
+preview's (see `reset_database` below). And the attribute `updates_leave_gap = True` for a runtime whose update
+stops the old app before the new one answers (see `updates_leave_gap` below). And `checks() -> list[Check]`, the
+runtime's own lines for `doctor` and the start-up checks (a failed `hard` one stops the service; see
+`runtime_checks` below).
 """
 
 from __future__ import annotations
@@ -185,3 +188,18 @@ def seed_database(runtime: Runtime, deployment_id: str, compose_file: Path, seed
     method = getattr(runtime, "seed_database", None)
     if method is not None:
         method(deployment_id, compose_file, seed, log, control)
+
+
+def can_reset_database(runtime: Runtime) -> bool:
+    """Whether `/preview reset-db` can be run on previews of `runtime` (it has the optional `reset_database`)."""
+    return callable(getattr(runtime, "reset_database", None))
+
+
+def reset_database(runtime: Runtime, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
+    """Remove the `db` service's named volumes and the containers of `db` and `app`, so that the update started
+    next makes the database as a new preview's (from its seed when there is one) and starts the app against it;
+    returns the volumes removed. RuntimeFailure when the preview has no `db` or its data stays."""
+    method = getattr(runtime, "reset_database", None)
+    if method is None:
+        raise RuntimeFailure(f"The {runtime.name} runtime cannot reset a preview's database")
+    return list(method(deployment_id, compose_file, log))

@@ -189,6 +189,30 @@ class ComposeRuntime:
             self._initialised[deployment_id] = declared
         return True
 
+    def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
+        """`/preview reset-db`: the named volumes of the `db` service (of the compose file the service wrote) and
+        the containers of `db` and `app` removed; the update the flow runs next creates them again."""
+        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+        database = (document.get("services") or {}).get("db")
+        if not isinstance(database, dict):
+            raise RuntimeFailure("This preview has no db service to reset")
+        declared = document.get("volumes") or {}
+        names = []
+        for mount in database.get("volumes") or []:
+            source = mount.get("source") if isinstance(mount, dict) else str(mount).split(":", 1)[0]
+            volume = declared.get(source) if isinstance(source, str) else None
+            if isinstance(volume, dict) and not volume.get("external"):
+                names.append(volume_name(deployment_id, str(source), volume))
+            elif source in declared and volume is None:  # `dbdata:` declared without options
+                names.append(volume_name(deployment_id, str(source), {}))
+        with _failure("The database could not be reset"):
+            self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
+                               log)
+            for name in names:
+                self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
+        log.note(f"database reset: {', '.join(names) or 'no named volume'} removed")
+        return names
+
     def _discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],
                  log: DeploymentLog) -> None:
         """Remove a volume of an unfinished copy and the containers of `services` that hold it. RuntimeFailure

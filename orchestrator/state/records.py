@@ -16,11 +16,12 @@ DeploymentStatus = Literal["building", "running", "failed", "sleeping"]
 PullRequestAction = Literal["opened", "reopened", "synchronize", "closed"]
 # What the inbox carries: a pull request's actions, and the service's own `sleep` and `wake` of a preview (so that
 # they run one at a time with the pull request's other work).
-EventAction = Literal["opened", "reopened", "synchronize", "closed", "sleep", "wake"]
+# `command`: a `/preview …` command written in a comment on the pull request (flows/commands.py).
+EventAction = Literal["opened", "reopened", "synchronize", "closed", "sleep", "wake", "command"]
 HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
 # What queued an event other than a code host's delivery: the reconcile with the code host (a change no webhook
 # reported), or a replay from the delivery log. The pull request's comment says so.
-EventTrigger = Literal["reconcile", "replay"]
+EventTrigger = Literal["reconcile", "replay", "command"]
 # Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
 PreviewSource = Literal["codehost", "local"]
 LOCAL_OWNER = "local"
@@ -50,6 +51,12 @@ class PullRequestEvent(BaseModel):
     # request is stale (a replay, or a delivery overtaken by a newer one) and is not acted on (events/inbox.py).
     pr_updated_at: datetime | None = None
     trigger: EventTrigger | None = None  # None: the code host's own delivery, or the service's own event
+    # action `command`: what was asked (redeploy, destroy, reset-db, extend, approve, or what was not understood),
+    # and by whom (the code host's user name, and numeric id where its permission API wants it)
+    command: str | None = None
+    command_argument: str | None = None  # the word after it (`/preview approve 1a2b3c4`)
+    command_author: str | None = None
+    command_author_id: int | None = None
 
     @property
     def local(self) -> bool:

@@ -47,6 +47,9 @@ class FakeCodeHost:
     # Gitea's shape): (owner, repo) -> number -> pull request. Pages carry Link and ETag (a 304 to If-None-Match
     # is free, as on GitHub); every other answer spends one of `rate_remaining`.
     pulls: dict[tuple[str, str], dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # Who may write to a repository (GitHub's and Gitea's collaborator permission), by user name: "admin",
+    # "write", "read"; anyone else is not a collaborator (404).
+    permissions: dict[str, str] = field(default_factory=dict)
     listing_down: bool = False  # every listing answers 503 (the host "unreachable" for the reconcile)
     rate_limit: int = 5000
     rate_remaining: int = 5000
@@ -147,6 +150,16 @@ class FakeCodeHost:
             listing = re.fullmatch(r"/repos/([^/]+)/([^/]+)/pulls", path.removeprefix(self.prefix))
             if method == "GET" and listing:
                 return self._listing(listing[1], listing[2], parse_qs(query), request_headers or {})
+            one = re.fullmatch(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)", path.removeprefix(self.prefix))
+            if method == "GET" and one:
+                pull = next((pulls.get(int(one[3])) for (o, r), pulls in self.pulls.items()
+                             if (o.lower(), r.lower()) == (one[1].lower(), one[2].lower())), None)
+                return (200, pull, {}) if pull else (404, {"message": "Not Found"}, {})
+            permission = re.fullmatch(r"/repos/([^/]+)/([^/]+)/collaborators/([^/]+)/permission",
+                                      path.removeprefix(self.prefix))
+            if method == "GET" and permission:
+                level = self.permissions.get(permission[3])
+                return (200, {"permission": level}, {}) if level else (404, {"message": "Not Found"}, {})
             if self.prefix:
                 if not path.startswith(f"{self.prefix}/"):
                     return 404, {"message": "Not Found"}, {}

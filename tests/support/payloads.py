@@ -165,3 +165,19 @@ def gitlab_headers(token: str = GITLAB_SECRET, delivery: str | None = None,
     """The headers GitLab sends: the event, the webhook's secret token as it is, a delivery id."""
     return {"Content-Type": "application/json", "X-Gitlab-Event": event, "X-Gitlab-Token": token,
             "X-Gitlab-Event-UUID": delivery or str(uuid.uuid4()), "X-Gitlab-Instance": "https://gitlab.example.com"}
+
+
+def comment_payload(number: int, body: str, user: str, repository: str = FIXTURE_REPO,
+                    on_pull_request: bool = True) -> bytes:
+    """GitHub's `issue_comment` `created` delivery (the part the service reads, shaped as GitHub sends it): a new
+    comment by `user` on pull request (or issue) `number` of `repository`."""
+    owner, name = repository.split("/")
+    issue: dict[str, Any] = {"number": number, "title": f"PR {number}", "state": "open"}
+    if on_pull_request:
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{repository}/pulls/{number}"}
+    return json.dumps({
+        "action": "created", "issue": issue,
+        "comment": {"id": 1_000_000 + number, "body": body, "user": {"login": user, "type": "User"}},
+        "repository": {"full_name": repository, "name": name, "owner": {"login": owner}},
+        "sender": {"login": user},
+    }).encode()

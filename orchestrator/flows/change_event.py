@@ -1,0 +1,54 @@
+"""A pull request's change as the event the flows process: from a delivery (events/webhook.py), the reconcile's
+look at the open pull requests (events/codehost_reconcile.py), or `/preview approve` (flows/commands.py), with the
+same checks of names, branch and commit."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from orchestrator.common.naming import SHA_PATTERN, branch_problem, deployment_id, project_slug
+from orchestrator.plugin_api.codehost import PullRequestChange, WebhookRejected
+from orchestrator.state.records import MAX_PR_NUMBER, EventTrigger, PullRequestEvent
+
+_NEEDS_HEAD = ("opened", "reopened", "synchronize")
+
+
+def event_of(codehost: str, change: PullRequestChange, action: str, delivery_id: str,
+             trigger: EventTrigger | None = None) -> PullRequestEvent:
+    """The event of a change (a delivery's, or the reconcile's look at the open pull requests) once its names,
+    branch and commit are checked; WebhookRejected(400) says which is not valid."""
+    if not 1 <= change.number <= MAX_PR_NUMBER:
+        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
+    try:
+        slug = project_slug(change.owner, change.name)
+    except ValueError as exc:
+        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
+    if change.head_ref is not None and (problem := branch_problem(change.head_ref)):
+        raise WebhookRejected(400, f"Invalid payload: the head branch name {problem}")
+    if change.head_sha is not None and not SHA_PATTERN.match(change.head_sha):
+        raise WebhookRejected(400, "Invalid payload: the head commit must be a 40 or 64 character hex SHA")
+    if change.clone_url is not None and len(change.clone_url) > 2048:
+        raise WebhookRejected(400, "Invalid payload: the clone URL is longer than 2048 characters")
+    if action in _NEEDS_HEAD:
+        missing = [what for what, value in (("ref", change.head_ref), ("sha", change.head_sha)) if value is None]
+        if missing:
+            fields = ", ".join(f"pull_request.head.{what}" for what in missing)
+            raise WebhookRejected(400, f"Invalid payload: {fields} required for {action}")
+    return PullRequestEvent(
+        delivery_id=delivery_id,
+        action=action,
+        deployment_id=deployment_id(slug, change.number),
+        project_slug=slug,
+        repo_owner=change.owner,
+        repo_name=change.name,
+        pr_number=change.number,
+        branch=change.head_ref,
+        commit_sha=change.head_sha,
+        clone_url=change.clone_url,
+        head_repo_full_name=change.head_repository,
+        base_ref=change.base_ref,
+        received_at=datetime.now(UTC),
+        codehost=codehost,
+        pr_updated_at=change.updated_at,
+        trigger=trigger,
+    )
