@@ -18,13 +18,14 @@ from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
 from bench.density import bench_density
 from bench.preview import bench_preview
+from bench.reconcile import bench_reconcile
 from bench.scale import bench_scale
 from bench.sleep import bench_sleep
 from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
-    "swarm": bench_swarm, "sleep": bench_sleep, "density": bench_density,
+    "swarm": bench_swarm, "sleep": bench_sleep, "density": bench_density, "reconcile": bench_reconcile,
 }
 
 
@@ -109,6 +110,17 @@ def report(results: dict[str, Any]) -> str:
                            ["wake, Go page, s (max)", d["wake_go_s"]["max"]],
                            ["wake, PostgreSQL page, s", d["wake_postgres_s"]],
                            ["all removed, s", d["all_removed_s"]], ["memory after, MiB", d["memory_after_mib"]]]))
+    if "reconcile" in results:
+        r = results["reconcile"]
+        out.append(_table(f"Reconcile: {r['open_pull_requests']} open pull requests in {r['repositories']} "
+                          "repositories (fake GitHub over HTTP)",
+                          ["look", "s", "requests", "304s", "rate limit spent", "corrections"],
+                          [[look["look"], look["seconds"], look["requests"], look["not_modified"],
+                            look["rate_limit_spent"], look["corrections"]] for look in r["looks"]]))
+        log = r["delivery_log"]
+        out.append(f"Delivery log: {log['entries']} entries in {log['bytes'] / 1024 / 1024:.1f} MiB "
+                   f"({log['bytes_per_entry']:.0f} bytes each, a third keeping their event); "
+                   f"{log['record_ms']:.2f} ms to record one\n")
     return "\n".join(out)
 
 

@@ -85,3 +85,13 @@ def test_density_benchmark_runs(tmp_path: Path) -> None:
     assert density["running_containers_asleep"] == 0 and density["memory_asleep_mib"] > 0  # the previews' own
     [wake] = density["wake_go_s"]["runs"]  # the Go preview woken, the PostgreSQL one apart
     assert 0 < wake and 0 < density["wake_postgres_s"]
+
+
+def test_reconcile_benchmark_runs(tmp_path: Path) -> None:
+    data = run_bench("reconcile", tmp_path / "out.json")
+    first, unchanged, changed = data["reconcile"]["looks"]
+    assert data["reconcile"]["open_pull_requests"] == 9
+    assert first["requests"] == 3 and first["corrections"] == 0
+    assert unchanged["not_modified"] == 3 and unchanged["rate_limit_spent"] == 0
+    assert changed["corrections"] == 6  # 3 pushes and 3 closes no webhook reported
+    assert data["reconcile"]["delivery_log"]["entries"] == 100 and data["reconcile"]["delivery_log"]["bytes"] > 0
