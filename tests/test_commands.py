@@ -5,6 +5,7 @@ Docker, nginx and git: tests/test_commands_e2e.py."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -46,9 +47,11 @@ def github_comment(body: bytes) -> Delivery:
 
 def test_github_reads_a_new_comment_on_a_pull_request() -> None:
     host = GitHub(api_client("http://127.0.0.1:9", ""), "http://127.0.0.1:9", "", "s" * 20)
-    read = host.parse(github_comment(comment_payload(7, "/preview redeploy", "octocat")))
+    written = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    read = host.parse(github_comment(comment_payload(7, "/preview redeploy", "octocat", comment_id=55,
+                                                     created_at=written)))
     assert read == PullRequestComment(owner="Codertocat", name="Hello-World", number=7, author="octocat",
-                                      body="/preview redeploy")
+                                      body="/preview redeploy", comment_id=55, created_at=written)
     on_issue = host.parse(github_comment(comment_payload(7, "/preview redeploy", "octocat", on_pull_request=False)))
     assert on_issue == Ignored("a comment on an issue, not on a pull request")
     edited = json.loads(comment_payload(7, "/preview destroy", "octocat"))
@@ -66,11 +69,13 @@ def test_github_reads_a_new_comment_on_a_pull_request() -> None:
 def test_gitea_reads_a_comment_on_a_pull_request() -> None:
     host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}), "http://127.0.0.1:9", "", "s" * 20)
     document = {"action": "created", "is_pull": True, "issue": {"number": 3},
-                "comment": {"body": "/preview extend", "user": {"login": "ana"}},
+                "comment": {"id": 8, "body": "/preview extend", "user": {"login": "ana"},
+                            "created_at": "2026-11-26T10:00:00Z"},
                 "repository": {"full_name": "team/web"}}
     delivery = Delivery({"x-gitea-event": "issue_comment"}, json.dumps(document).encode())
     assert host.parse(delivery) == PullRequestComment(owner="team", name="web", number=3, author="ana",
-                                                      body="/preview extend")
+                                                      body="/preview extend", comment_id=8,
+                                                      created_at=datetime(2026, 11, 26, 10, tzinfo=UTC))
     document["is_pull"] = False
     assert isinstance(host.parse(Delivery({"x-gitea-event": "issue_comment"}, json.dumps(document).encode())),
                       Ignored)
@@ -80,12 +85,13 @@ def test_gitlab_reads_a_note_on_a_merge_request() -> None:
     host = GitLab(ApiClient("http://127.0.0.1:9/api/v4", {}), "http://127.0.0.1:9", "", "s" * 20)
     document = {"object_kind": "note", "user": {"username": "dev", "id": 42},
                 "project": {"path_with_namespace": "group/sub/app"},
-                "object_attributes": {"note": "/preview reset-db", "noteable_type": "MergeRequest",
-                                      "action": "create"},
+                "object_attributes": {"id": 77, "note": "/preview reset-db", "noteable_type": "MergeRequest",
+                                      "action": "create", "created_at": "2026-11-26 10:00:00 UTC"},
                 "merge_request": {"iid": 9}}
     delivery = Delivery({"x-gitlab-event": "Note Hook"}, json.dumps(document).encode())
     assert host.parse(delivery) == PullRequestComment(owner="group/sub", name="app", number=9, author="dev",
-                                                      body="/preview reset-db", author_id=42)
+                                                      body="/preview reset-db", author_id=42, comment_id=77,
+                                                      created_at=datetime(2026, 11, 26, 10, tzinfo=UTC))
     document["object_attributes"]["noteable_type"] = "Commit"
     assert isinstance(host.parse(Delivery({"x-gitlab-event": "Note Hook"}, json.dumps(document).encode())), Ignored)
 
@@ -119,3 +125,18 @@ def test_a_command_comment_becomes_a_command_event(settings: Any, handler: Recor
     handled = handler.entries()
     assert [(entry["action"], entry["deploymentId"]) for entry in handled] == [
         ("command", "codertocat-hello-world-5")]
+
+
+def test_a_comment_runs_its_command_once_and_an_old_one_never(settings: Any, handler: RecordingHandler) -> None:
+    """The delivery id header is not signed: a captured delivery sent again under another id is the same
+    comment (its id), and one older than the inbox remembers is not run at all."""
+    client = testing.TestClient(create_app(settings, handler))
+    body = comment_payload(5, "/preview destroy", "maintainer", comment_id=4242)
+    assert post_comment(client, body, **{"X-GitHub-Delivery": "first"}).status_code == 200
+    assert post_comment(client, body, **{"X-GitHub-Delivery": "sent-again"}).status_code == 200
+    old = comment_payload(5, "/preview destroy", "maintainer", created_at=datetime.now(UTC) - timedelta(days=8))
+    assert post_comment(client, old).status_code == 200
+    logged = client.simulate_get("/api/deliveries").json["deliveries"]
+    assert [d["outcome"] for d in logged] == ["ignored", "duplicate", "accepted"]
+    assert "too long ago to run its command" in logged[0]["reason"]
+    assert len(handler.entries()) == 1

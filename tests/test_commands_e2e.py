@@ -72,7 +72,8 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
 
     # Someone without write permission: a reply, and nothing else changes.
     comment(stack, pr, "/preview destroy", "mallory")
-    assert "needs write permission on Codertocat/Hello-World: nothing was done" in wait_reply(stack, pr, "@mallory")
+    assert "commands need write permission on Codertocat/Hello-World: nothing was done" in wait_reply(stack, pr,
+                                                                                                    "@mallory")
     assert stack.records()[f"{SLUG}-{pr}"]["updatedAt"] == first["updatedAt"]
     assert psql(pr, password, "SELECT count(*) FROM written_by_the_app").stdout.strip() == "1"
 
@@ -95,8 +96,9 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
 
     comment(stack, pr, "/preview extend", "maintainer")
     assert "The preview is kept until" in wait_reply(stack, pr, "@maintainer", "kept until")
-    comment(stack, pr, "/preview frobnicate", "maintainer")
-    assert "`/preview frobnicate` is not a command" in wait_reply(stack, pr, "frobnicate")
+    comment(stack, pr, "/preview `@team` frobnicate", "maintainer")  # never echoed
+    reply = wait_reply(stack, pr, "not a `/preview` command")
+    assert "@team" not in reply and "frobnicate" not in reply and "/preview redeploy" in reply
 
     comment(stack, pr, "/preview destroy", "maintainer")
     stack.wait_gone(pr)
@@ -114,17 +116,19 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
     body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch, repo=fork)
     assert httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
                       timeout=10).status_code == 200
-    wait_until(lambda: any("/preview approve " + repo.sha_a[:7] in body for body in comments(stack, pr)),
+    wait_until(lambda: any(f"/preview approve {repo.sha_a}" in body for body in comments(stack, pr)),
                timeout=30, message="the fork's refusal names the command")
     assert f"{SLUG}-{pr}" not in stack.records()
 
-    comment(stack, pr, "/preview approve", "mallory")  # not a collaborator
-    wait_reply(stack, pr, "@mallory", "needs write permission")
-    comment(stack, pr, "/preview approve 0000000", "maintainer")  # a commit that is not the head
-    wait_reply(stack, pr, "`0000000` is not the pull request's head")
+    comment(stack, pr, f"/preview approve {repo.sha_a}", "mallory")  # not a collaborator
+    wait_reply(stack, pr, "@mallory", "need write permission")
+    comment(stack, pr, f"/preview approve {repo.sha_a[:7]}", "maintainer")  # a prefix: anyone can make one match
+    wait_reply(stack, pr, "That is not the pull request's head", f"The head is {repo.sha_a}")
+    comment(stack, pr, "/preview approve", "maintainer")
+    wait_reply(stack, pr, "needs the full id of the commit you reviewed")
     assert f"{SLUG}-{pr}" not in stack.records()
 
-    comment(stack, pr, f"/preview approve {repo.sha_a[:7]}", "maintainer")
+    comment(stack, pr, f"/preview approve {repo.sha_a}", "maintainer")
     stack.wait_for(pr, "running", repo.sha_a)
     stack.wait_page(pr, "python says: commit A\n")
     wait_until(lambda: "Started by `/preview approve` from @maintainer" in sticky(stack, pr)

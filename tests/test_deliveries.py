@@ -91,7 +91,7 @@ def test_an_accepted_delivery_is_replayed_as_a_new_event(settings: Settings, han
     sync_id, ping_id = deliveries(client)[1]["id"], deliveries(client)[0]["id"]
     wait_until(lambda: len(handler.entries()) == 1, timeout=10)
 
-    answer = client.simulate_post(f"/api/deliveries/{sync_id}/replay")
+    answer = client.simulate_post(f"/api/deliveries/{sync_id}/replay", json={})
     assert answer.status_code == 202, answer.text
     assert answer.json["action"] == "synchronize" and answer.json["deploymentId"] == "codertocat-hello-world-9"
     wait_until(lambda: len(handler.entries()) == 2, timeout=10)  # processed again
@@ -107,13 +107,17 @@ def test_an_accepted_delivery_is_replayed_as_a_new_event(settings: Settings, han
     assert (entry["id"], entry["outcome"], entry["status"], entry["reason"]) == (
         answer.json["logId"], "accepted", 202, f"replay of delivery {sync_id}")
     # a second replay is another event again (each replay is the operator's own, never a duplicate)
-    assert client.simulate_post(f"/api/deliveries/{sync_id}/replay").status_code == 202
+    assert client.simulate_post(f"/api/deliveries/{sync_id}/replay", json={}).status_code == 202
     wait_until(lambda: len(handler.entries()) == 3, timeout=10)
 
-    refused = client.simulate_post(f"/api/deliveries/{ping_id}/replay")
+    refused = client.simulate_post(f"/api/deliveries/{ping_id}/replay", json={})
     assert refused.status_code == 409 and "it was ignored" in refused.json["error"]
-    assert client.simulate_post("/api/deliveries/999/replay").status_code == 404
-    assert client.simulate_post("/api/deliveries/1x/replay").status_code == 400
+    assert client.simulate_post("/api/deliveries/999/replay", json={}).status_code == 404
+    assert client.simulate_post("/api/deliveries/1x/replay", json={}).status_code == 400
+    # without a JSON body (what a web page could send the operator's service unasked): nothing replayed
+    blind = client.simulate_post(f"/api/deliveries/{sync_id}/replay", body="x",
+                                 headers={"Content-Type": "text/plain"})
+    assert blind.status_code == 415
     assert len(handler.entries()) == 3
 
 
@@ -124,7 +128,7 @@ def test_a_replay_of_a_repository_no_longer_allowed_is_refused(make_settings: An
     assert post(client, pr_payload("opened", number=3)).status_code == 200
     entry = deliveries(client)[0]["id"]
     narrowed = testing.TestClient(create_app(make_settings(allowed_repos="acme/other"), handler))
-    answer = narrowed.simulate_post(f"/api/deliveries/{entry}/replay")
+    answer = narrowed.simulate_post(f"/api/deliveries/{entry}/replay", json={})
     assert answer.status_code == 403 and answer.json["error"] == "Repository not in allowed list"
 
 
@@ -137,16 +141,23 @@ def test_the_log_is_bounded_by_days_and_rows(tmp_path: Path, monkeypatch: pytest
     assert [entry.deliveryId for entry in log.list()] == ["new"]  # past DELIVERY_LOG_DAYS: not shown
     assert log.kept_event(old) is None  # nor replayed
     assert log.prune() == 1
-    monkeypatch.setattr(delivery_log, "MAX_ROWS", 5)
-    for number in range(10):
+    monkeypatch.setattr(delivery_log, "MAX_ROWS", 8)
+    monkeypatch.setattr(delivery_log, "MAX_UNVERIFIED", 3)
+    log.record(Entry(codehost="github", outcome="accepted", status=200, delivery_id="real"))
+    for number in range(6):  # unsigned requests, which anyone can send: the newest few kept, the real one too
         log.record(Entry(codehost="github", outcome="refused", status=401, delivery_id=f"flood-{number}"))
     log.prune()
-    assert [entry.deliveryId for entry in log.list()] == [f"flood-{n}" for n in range(9, 4, -1)]
+    assert [entry.deliveryId for entry in log.list()] == ["flood-5", "flood-4", "flood-3", "real", "new"]
+    for number in range(10):
+        log.record(Entry(codehost="github", outcome="ignored", status=200, delivery_id=f"many-{number}"))
+    log.prune()
+    assert len(log.list(limit=100)) == 8  # MAX_ROWS, whatever they are
     # what the sender controls is kept bounded and plain
     log.record(Entry(codehost="github", outcome="refused", status=401, delivery_id="x" * 500,
-                     event="pull_request\n<script>"))
+                     event="pull_request\n<script>", reason="event \x1b[31mred\x9b2J is not handled"))
     newest = log.list(limit=1)[0]
     assert newest.deliveryId == "x" * 100 and newest.event == "pull_request??script?"
+    assert newest.reason == "event ?[31mred?2J is not handled"  # no terminal escape reaches the CLI
 
 
 def test_the_dashboard_shows_the_newest_deliveries_escaped(make_settings: Any, handler: RecordingHandler) -> None:

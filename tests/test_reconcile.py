@@ -79,19 +79,31 @@ def test_a_listing_is_complete_or_an_error(fake: FakeCodeHost) -> None:
     fake.fail_next(4, 502)  # the first page fails, retried, and fails again: no listing at all
     with pytest.raises(CodeHostError, match="502"):
         host.open_pull_requests("acme", "api")
-    fake.pulls[("acme", "api")][3]["head"]["sha"] = "not-a-sha"
-    with pytest.raises(CodeHostError, match="listing: .*sha"):
+    # one pull request the service cannot read (a branch name git refuses): still open, acted on by nothing
+    fake.pulls[("acme", "api")][3]["head"]["ref"] = "x" * 300
+    listed = {change.number: change for change in host.open_pull_requests("acme", "api")}
+    assert len(listed) == 150 and listed[3].head_sha is None and listed[4].head_sha == SHA_A
+    del fake.pulls[("acme", "api")][5]["number"]  # not even a number: nothing can be trusted
+    with pytest.raises(CodeHostError, match="without a number"):
         host.open_pull_requests("acme", "api")
 
 
-def test_paging_never_follows_a_link_to_another_host_nor_without_end() -> None:
-    def elsewhere(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=[{"n": 1}], headers={"Link": '<https://evil.test/steal?page=2>; rel="next"'})
+def test_paging_asks_only_the_apis_own_host_and_ends() -> None:
+    asked: list[httpx.URL] = []
+
+    def proxied(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url)
+        if request.url.params.get("page") == "2":
+            return httpx.Response(200, json=[{"n": 2}])
+        # a host behind a proxy names its public address in Link (or a hostile one another host)
+        return httpx.Response(200, json=[{"n": 1}], headers={"Link": '<https://evil.test/repos/a/b/pulls?page=2>; '
+                                                                     'rel="next"'})
 
     api = ApiClient("https://api.example.test", {"Authorization": "Bearer secret"},
-                    transport=httpx.MockTransport(elsewhere))
-    with pytest.raises(CodeHostError, match="another host"):
-        api.paged("pulls", "/repos/a/b/pulls", {"per_page": 1})
+                    transport=httpx.MockTransport(proxied))
+    assert api.paged("pulls", "/repos/a/b/pulls", {"per_page": 1}) == [{"n": 1}, {"n": 2}]
+    assert [(url.host, url.path, url.params.get("page")) for url in asked] == [
+        ("api.example.test", "/repos/a/b/pulls", None), ("api.example.test", "/repos/a/b/pulls", "2")]
 
     calls = []
 
@@ -217,7 +229,9 @@ def test_what_the_webhooks_missed_is_queued_once_through_the_inbox(parts: Any, f
     record(store, 2, SHA_A)
     fake.open_pull("acme", "api", 3, "same", SHA_A, CLONE)  # up to date
     record(store, 3, SHA_A)
-    record(store, 4, SHA_A)  # closed while the service was down
+    fake.open_pull("acme", "api", 4, "gone", SHA_A, CLONE)
+    fake.close_pull("acme", "api", 4)  # closed while the service was down
+    record(store, 4, SHA_A)
     record(store, 5, SHA_A, age=timedelta(seconds=1))  # just deployed: the listing may predate it
     fake.open_pull("acme", "api", 6, "draft", SHA_A, CLONE, draft=True)  # gated: drafts get no preview
     record(store, 7, SHA_A, status="building")  # a flow holds it
@@ -296,10 +310,40 @@ def test_a_host_that_cannot_be_reached_or_is_short_of_requests_changes_nothing(p
 
 
 def test_a_listing_naming_another_repository_is_not_acted_on(parts: Any, fake: FakeCodeHost) -> None:
+    """A renamed or transferred repository: GitLab answers the old path with the new project."""
     reconcile, store, inbox, *_ = parts
+    record(store, 2, SHA_A)
     fake.open_pull("acme", "api", 1, "feature", SHA_A, CLONE)
     fake.pulls[("acme", "api")][1]["base"]["repo"]["full_name"] = "other/repo"
-    assert run(reconcile) == 0
+    assert run(reconcile) == 0 and queued(inbox) == []
+
+
+def test_a_preview_missing_from_a_listing_is_removed_only_once_the_host_says_closed(parts: Any,
+                                                                                      fake: FakeCodeHost) -> None:
+    """Listings page by offset: a pull request closed between two pages' requests hides an open one."""
+    reconcile, store, inbox, *_ = parts
+    record(store, 1, SHA_A)
+    fake.open_pull("acme", "api", 1, "feature", SHA_A, CLONE)
+    listing = github(fake).open_pull_requests
+    reconcile_host = next(iter(reconcile._codehosts))
+    # the listing as a page boundary that moved would give it: without pull request 1, which is open
+    reconcile_host.open_pull_requests = lambda owner, repo: [c for c in listing(owner, repo) if c.number != 1]
+    assert run(reconcile) == 0  # asked alone, it is open: the preview stays
+    fake.close_pull("acme", "api", 1)
+    assert run(reconcile) == 1 and queued(inbox)[0].action == "closed"
+
+
+def test_another_repositorys_preview_of_the_same_slug_is_left_alone(parts: Any, fake: FakeCodeHost) -> None:
+    """`acme/api` and `acme-api/` … give the slug `acme-api`: the record of the other repository is theirs."""
+    reconcile, store, inbox, *_ = parts
+    other = DeploymentRecord(
+        prNumber=1, repoName="api", repoOwner="acme", projectSlug="acme-api", deploymentId="acme-api-1",
+        branch="feature", commitSha=SHA_A, framework="go", dbType="postgres", appPort=8080, exposedAppPort=20001,
+        exposedDbPort=30001, status="running", createdAt=datetime.now(UTC), updatedAt=datetime.now(UTC),
+        url="http://x/", codehost="gitea")
+    store.update(lambda data: data.deployments.update({"acme-api-1": other}))
+    fake.open_pull("acme", "api", 1, "feature", SHA_B, CLONE)
+    assert run(reconcile) == 0 and queued(inbox) == []
 
 
 def test_the_comment_says_the_reconcile_started_it() -> None:

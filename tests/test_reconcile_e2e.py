@@ -43,11 +43,13 @@ def test_changes_no_webhook_brought_are_caught_up(tmp_path: Path) -> None:
                                                                                                   "postgres"))
         closing = make_pr_repo(stack.root / "repos", "python", "feature/closing", config=config_for("python",
                                                                                                     "postgres"))
+        stack.codehost.open_pull(OWNER, NAME, 72, closing.branch, closing.sha_a, closing.clone_url)
         stack.send("opened", 72, closing, closing.sha_a)
         deployed = stack.wait_for(72, "running", closing.sha_a)
         stack.service.stop()
-        # While the service is down: pull request 71 is opened, 72 is closed (the fake lists only 71).
+        # While the service is down: pull request 71 is opened, 72 is closed.
         stack.codehost.open_pull(OWNER, NAME, 71, missed.branch, missed.sha_a, missed.clone_url)
+        stack.codehost.close_pull(OWNER, NAME, 72)
         settled = datetime.fromisoformat(deployed["updatedAt"]).timestamp() + SETTLE_SECONDS
         time.sleep(max(0.0, settled - time.time()))
         restart_with_reconcile(stack, "0.05")  # a look at start-up, then every 3 s

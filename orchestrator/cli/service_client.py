@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from orchestrator.common.humanize import age
-from orchestrator.common.text_table import format_table
+from orchestrator.common.text_table import format_table, printable
 
 EXIT_UNREACHABLE = 2
 
@@ -58,10 +58,10 @@ def deliveries_table(entries: list[dict[str, Any]]) -> str:
     for d in entries:
         event = " · ".join(part for part in (d.get("event"), d.get("action")) if part)
         outcome = d["outcome"] + (f" ({d['status']})" if d["status"] not in (200, 202) else "")
-        reason = d.get("reason") or ""
-        rows.append([str(d["id"]), d["receivedAt"][:19].replace("T", " "), d["codehost"], d.get("repository") or "",
-                     f"#{d['prNumber']}" if d.get("prNumber") else "", event, outcome,
-                     reason if len(reason) <= 70 else reason[:67] + "..."])
+        reason = printable(d.get("reason") or "")
+        rows.append([str(d["id"]), d["receivedAt"][:19].replace("T", " "), printable(d["codehost"]),
+                     printable(d.get("repository") or ""), f"#{d['prNumber']}" if d.get("prNumber") else "",
+                     printable(event), outcome, reason if len(reason) <= 70 else reason[:67] + "..."])
     return format_table(rows)
 
 
@@ -83,7 +83,7 @@ def list_deliveries(url: str, repository: str | None, pr: int | None, limit: int
 
 
 def replay(url: str, entry: int) -> int:
-    response = _request("POST", url, f"/api/deliveries/{entry}/replay", timeout=30)
+    response = _request("POST", url, f"/api/deliveries/{entry}/replay", timeout=30, body={})
     if response.status_code != 202:
         print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
         return 1

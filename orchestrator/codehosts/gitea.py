@@ -37,6 +37,7 @@ from orchestrator.plugin_api.codehost import (
     json_object,
     labels_of,
     signature_matches,
+    unreadable_item,
     upsert_issue_comment,
 )
 
@@ -116,8 +117,10 @@ class _User(PayloadModel):
 
 
 class _Comment(PayloadModel):
+    id: int | None = None
     body: str = Field(default="", max_length=65536)
     user: _User
+    created_at: datetime | None = None
 
 
 class _Issue(PayloadModel):
@@ -206,15 +209,19 @@ class Gitea(ApiCodeHost):
             return Ignored("a comment on an issue, not on a pull request")
         owner, _, name = payload.repository.full_name.partition("/")
         return PullRequestComment(owner=owner, name=name, number=payload.issue.number,
-                                  author=payload.comment.user.login, body=payload.comment.body)
+                                  author=payload.comment.user.login, body=payload.comment.body,
+                                  comment_id=payload.comment.id, created_at=payload.comment.created_at)
 
     # The API --------------------------------------------------------------------------------------------
 
     def can_write(self, owner: str, repo: str, author: str, author_id: int | None) -> bool:
         """`GET /repos/{owner}/{repo}/collaborators/{user}/permission`: owner, admin or write."""
         response = self.api.request("permission", "GET", f"/repos/{owner}/{repo}/collaborators/{author}/permission")
-        if response.status_code in (403, 404):  # not a collaborator
+        if response.status_code == 404:  # not a collaborator
             return False
+        if response.status_code == 403:
+            raise CodeHostError("GITEA_TOKEN may not read collaborators' permissions: /preview commands need a "
+                                "token of a user who administers the repository")
         return str(self.api.check(response).json().get("permission")) in ("owner", "admin", "write")
 
     def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
@@ -223,8 +230,13 @@ class Gitea(ApiCodeHost):
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 50 a page (Gitea's default maximum)."""
-        items = self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "limit": 50})
-        return [self._listed(item) for item in items]
+        changes = []
+        for item in self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "limit": 50}):
+            try:
+                changes.append(self._listed(item))
+            except CodeHostError as exc:
+                changes.append(unreadable_item(owner, repo, item, str(exc)))
+        return changes
 
     @staticmethod
     def _listed(item: Any) -> PullRequestChange:

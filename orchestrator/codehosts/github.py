@@ -31,6 +31,7 @@ from orchestrator.plugin_api.codehost import (
     WebhookRejected,
     find_issue_comment,
     signature_matches,
+    unreadable_item,
     upsert_issue_comment,
 )
 
@@ -126,7 +127,13 @@ class GitHub(ApiCodeHost):
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 100 a page, each page conditional (ETag)."""
         items = self.api.paged("pulls", f"/repos/{owner}/{repo}/pulls", {"state": "open", "per_page": 100},
                                self._as(owner, repo))
-        return [listed_pull_request(item) for item in items]
+        changes = []
+        for item in items:
+            try:
+                changes.append(listed_pull_request(item))
+            except CodeHostError as exc:
+                changes.append(unreadable_item(owner, repo, item, str(exc)))
+        return changes
 
     def start_deployment(self, owner: str, repo: str, sha: str, environment: str, description: str) -> int | None:
         """No merge of the base branch and no required status checks: the preview deploys exactly the pushed

@@ -154,8 +154,10 @@ class CommentUser(PayloadModel):
 
 
 class Comment(PayloadModel):
+    id: int | None = None
     body: str = Field(default="", max_length=65536)
     user: CommentUser
+    created_at: datetime | None = None
 
 
 class Issue(PayloadModel):
@@ -184,7 +186,8 @@ def comment_of(document: dict[str, Any]) -> PullRequestComment | Ignored:
         return Ignored("a comment written by a bot")
     owner, _, name = payload.repository.full_name.partition("/")
     return PullRequestComment(owner=owner, name=name, number=payload.issue.number,
-                              author=payload.comment.user.login, body=payload.comment.body)
+                              author=payload.comment.user.login, body=payload.comment.body,
+                              comment_id=payload.comment.id, created_at=payload.comment.created_at)
 
 
 def gating_facts(document: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from orchestrator.plugin_api.codehost import (
     WebhookRejected,
     json_object,
     labels_of,
+    unreadable_item,
 )
 
 NAME = "gitlab"
@@ -132,6 +133,8 @@ class _NoteUser(PayloadModel):
 
 
 class _Note(PayloadModel):
+    id: int | None = None
+    created_at: str | None = Field(default=None, max_length=40)
     note: str = Field(default="", max_length=65536)
     noteable_type: str | None = Field(default=None, max_length=40)
     action: str | None = Field(default=None, max_length=40)  # `create`/`update` (GitLab 16+); absent before
@@ -221,7 +224,8 @@ class GitLab(ApiCodeHost):
             return Ignored(f"note action {note.action!r} is not handled")
         owner, _, name = payload.project.path_with_namespace.rpartition("/")
         return PullRequestComment(owner=owner, name=name, number=payload.merge_request.iid,
-                                  author=payload.user.username, body=note.note, author_id=payload.user.id)
+                                  author=payload.user.username, body=note.note, author_id=payload.user.id,
+                                  comment_id=note.id, created_at=_time(note.created_at))
 
     @staticmethod
     def _update(mr: _Attributes, changes: _Changes | None, draft: bool) -> str | None:
@@ -280,7 +284,8 @@ class GitLab(ApiCodeHost):
                 updated = _time(mr.updated_at)
             except (ValidationError, WebhookRejected) as exc:
                 problem = describe_problems(exc) if isinstance(exc, ValidationError) else exc.message
-                raise CodeHostError(f"the merge requests as listed: {problem}") from None
+                changes.append(unreadable_item(base_owner, name, item, problem))
+                continue
             source_id = mr.source_project_id if mr.source_project_id is not None else project.id
             if source_id not in sources:
                 sources[source_id] = self._project_info(str(source_id))  # a fork's, once per listing

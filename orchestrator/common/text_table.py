@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 
@@ -12,3 +13,9 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
              for row in rows]
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def printable(text: str) -> str:
+    """Text someone else wrote, safe to show: control characters (a terminal's escape sequences among them)
+    become `?`."""
+    return "".join("?" if unicodedata.category(char).startswith("C") else char for char in text)

@@ -6,7 +6,8 @@ pull request):
 - an open pull request the gating would deploy, with no preview, whose head the service never heard of → `opened`;
 - a preview whose head differs from its open pull request's, and the service never heard of that head →
   `synchronize`;
-- a preview whose pull request is not open any more → `closed`.
+- a preview whose pull request is not in the listing, and the code host says is not open when asked for it alone
+  → `closed`.
 
 "Heard of" is the inbox's clock of each pull request (the newest event accepted for it): a preview removed on
 purpose (TTL, DELETE, a draft) or a deploy that failed is not started again until its pull request moves on. A
@@ -21,7 +22,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from orchestrator.common.naming import repository_identity
+from orchestrator.common.naming import deployment_id, project_slug, repository_identity
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.gating import DEPLOY, Gate
 from orchestrator.events.inbox import Inbox
@@ -85,7 +86,7 @@ class CodeHostReconcile(EventScheduler):
             if listing is None:
                 log.info("%s cannot list open pull requests: its previews follow its webhooks alone", host.name)
                 return queued
-            corrections = await asyncio.to_thread(self.corrections, host.name, repository, listing, listed_at)
+            corrections = await asyncio.to_thread(self.corrections, host, repository, listing, listed_at)
             for event in await self.queue(corrections, only_if_idle=True):
                 self._metrics.reconcile_corrections.labels(host.name, event.action).inc()
                 queued += 1
@@ -104,28 +105,54 @@ class CodeHostReconcile(EventScheduler):
         owner, _, name = repository.rpartition("/")
         return owner, name
 
-    def corrections(self, codehost: str, repository: str, listing: list[PullRequestChange],
+    def corrections(self, host: CodeHost, repository: str, listing: list[PullRequestChange],
                     listed_at: datetime) -> list[Correction]:
         """What a complete listing of `repository`'s open pull requests says the webhooks missed."""
-        previews = {record.prNumber: record for record in self._store.read().deployments.values()
+        codehost = host.name
+        if foreign := next((c for c in listing if f"{c.owner}/{c.name}".lower() != repository), None):
+            # A renamed or transferred repository (GitLab answers the old path with the new project): every preview
+            # would look closed, and another repository's pull requests would look like these.
+            log.warning("%s %s: the listing names %s/%s; not acted on until ALLOWED_REPOS names it", codehost,
+                        repository, foreign.owner, foreign.name)
+            return []
+        deployments = self._store.read().deployments
+        previews = {record.prNumber: record for record in deployments.values()
                     if record.source == "codehost" and record.codehost == codehost
                     and f"{record.repoOwner}/{record.repoName}".lower() == repository}
         found: list[Correction] = []
-        open_numbers = set()
+        open_numbers = {change.number for change in listing}
         for change in listing:
-            if f"{change.owner}/{change.name}".lower() != repository:
-                continue  # not this repository's (a listing never says so; never act on it)
-            open_numbers.add(change.number)
+            try:
+                held = deployments.get(deployment_id(project_slug(change.owner, change.name), change.number))
+            except ValueError:
+                continue  # a name no event could carry either
+            if held is not None and previews.get(change.number) is not held:
+                continue  # the deployment id is another repository's (their names give the same slug)
             correction = self._for_open(codehost, change, previews.get(change.number))
             if correction is not None:
                 found.append(correction)
         for number, record in sorted(previews.items()):
-            if number not in open_numbers and record.status != "building" and record.updatedAt < listed_at - SETTLE:
-                event = event_for_record(record, "closed", f"reconcile-closed-{record.deploymentId}-"
-                                                           f"{int(record.createdAt.timestamp())}")
-                found.append((event.model_copy(update={"trigger": "reconcile"}),
-                               f"reconcile: pull request #{number} is not open; cleanup queued"))
+            if number in open_numbers or record.status == "building" or record.updatedAt >= listed_at - SETTLE:
+                continue
+            if not self._closed(host, record):
+                continue
+            event = event_for_record(record, "closed", f"reconcile-closed-{record.deploymentId}-"
+                                                       f"{int(record.createdAt.timestamp())}")
+            found.append((event.model_copy(update={"trigger": "reconcile"}),
+                           f"reconcile: pull request #{number} is not open; cleanup queued"))
         return found
+
+    @staticmethod
+    def _closed(host: CodeHost, record: DeploymentRecord) -> bool:
+        """Whether the code host says the pull request is not open, asked for it alone: a listing pages by
+        offset, so a pull request closed between two pages' requests hides an open one from it."""
+        try:
+            change = host.pull_request(record.repoOwner, record.repoName, record.prNumber)
+        except CodeHostError as exc:
+            log.warning("%s: pull request #%d not looked at (%s); its preview stays", record.deploymentId,
+                        record.prNumber, exc)
+            return False
+        return change is not None and not change.open
 
     def _for_open(self, codehost: str, change: PullRequestChange,
                   record: DeploymentRecord | None) -> Correction | None:

@@ -8,8 +8,8 @@ COMMANDS = {
     "destroy": "remove the preview (a push or `/preview redeploy` brings it back)",
     "reset-db": "the database back to its initial state, the app restarted",
     "extend": "the time-to-live starts again",
-    "approve": "deploy a fork's pull request at its current commit (`/preview approve 1a2b3c4`: only if that is "
-               "still its head)",
+    "approve": "deploy a fork's pull request at the commit named in full (`/preview approve <sha>`), if that is "
+               "still its head",
 }
 MAX_LINES = 100  # of a comment looked at for the command
 

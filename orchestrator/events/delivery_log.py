@@ -5,8 +5,9 @@ a refused one's) so `POST /api/deliveries/{id}/replay` can process it again.
 
 SQLite beside the inbox (`deliveries.sqlite3`), not in it: the log is for people, the inbox for the flows, and a
 log write must never hold an acknowledgement (it is `synchronous=NORMAL`: a machine crash may lose the last lines,
-never an accepted event). Bounded twice: rows older than DELIVERY_LOG_DAYS go, and at most MAX_ROWS are kept
-(unsigned requests can be sent by anyone who reaches the webhook path)."""
+never an accepted event). Bounded: rows older than DELIVERY_LOG_DAYS go, at most MAX_ROWS are kept, and of the
+requests refused before their signature was checked (anyone who reaches the webhook path can send those) only the
+newest MAX_UNVERIFIED, so a flood of them never pushes out what the code host sent."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from orchestrator.common.text_table import printable
 from orchestrator.state.records import DeliveryLogEntry, PullRequestEvent
 
 MAX_ROWS = 200_000
+MAX_UNVERIFIED = 10_000  # of them refused before the signature was checked (401): anyone can send those
 PRUNE_EVERY = 1000  # writes between prunes
 _TEXT = re.compile(r"[^\w .:#/@()'\"=,+-]")  # what a header value shown to people may keep
 
@@ -101,7 +104,8 @@ class DeliveryLog:
                 "INSERT INTO deliveries (received_at, codehost, delivery_id, event, repository, pr_number, action,"
                 " outcome, status, reason, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (when, entry.codehost, shown(entry.delivery_id), shown(entry.event, 60), entry.repository,
-                 entry.pr_number, entry.action, entry.outcome, entry.status, (reason or "")[:500] or None, kept))
+                 entry.pr_number, entry.action, entry.outcome, entry.status, printable(reason or "")[:500] or None,
+                 kept))
             self._writes += 1
             if self._writes % PRUNE_EVERY == 1:
                 self._prune(now or datetime.now(UTC))
@@ -120,6 +124,9 @@ class DeliveryLog:
         removed = self._db.execute("DELETE FROM deliveries WHERE received_at < ?", (cutoff,)).rowcount
         removed += self._db.execute("DELETE FROM deliveries WHERE id <= (SELECT max(id) FROM deliveries) - ?",
                                     (MAX_ROWS,)).rowcount
+        removed += self._db.execute("DELETE FROM deliveries WHERE status = 401 AND id NOT IN (SELECT id FROM "
+                                    "deliveries WHERE status = 401 ORDER BY id DESC LIMIT ?)",
+                                    (MAX_UNVERIFIED,)).rowcount
         return removed
 
     def list(self, repository: str | None = None, pr_number: int | None = None, codehost: str | None = None,

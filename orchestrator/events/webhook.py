@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from orchestrator.common.naming import CODEHOST, deployment_id, project_slug
 from orchestrator.events.commands import command_in
 from orchestrator.events.gating import CLEANUP, Gate
+from orchestrator.events.inbox import KEEP_FINISHED
 from orchestrator.flows.change_event import event_of
 from orchestrator.plugin_api.codehost import (
     CodeHost,
@@ -70,6 +71,15 @@ def _comment(host: CodeHost, comment: PullRequestComment, allowed_repos: frozens
     found = command_in(comment.body)
     if found is None:
         return Ignored(f"pull request #{comment.number}: a comment without a /preview command", about)
+    written = comment.created_at
+    if written is not None and written.tzinfo is None:
+        written = written.replace(tzinfo=UTC)
+    if written is not None and written < datetime.now(UTC) - KEEP_FINISHED:
+        # Older than the inbox remembers delivery ids: only a delivery sent again can be that old.
+        return Ignored(f"pull request #{comment.number}: a comment written {written:%Y-%m-%d}, "
+                       "too long ago to run its command", about)
+    if comment.comment_id is not None:  # the comment runs once, whatever the (unsigned) delivery header says
+        delivery_id = f"{host.name}:comment:{comment.comment_id}"
     if not 1 <= comment.number <= MAX_PR_NUMBER:
         raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
     try:

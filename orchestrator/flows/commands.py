@@ -1,15 +1,17 @@
 """`/preview …` commands written in a pull request's comments (events/commands.py reads them): who may run one,
 and what each does.
 
-Only people who may write to the repository run commands (the code host's answer, kept PERMISSION_SECONDS):
-anyone else, an unknown command, or one with nothing to act on gets a short reply saying why, and nothing changes.
+Only people who may write to the repository run commands (the code host's answer, kept PERMISSION_SECONDS): anyone
+else gets one short reply per pull request an hour, and nothing changes; a writer's unknown command, or one with
+nothing to act on, gets a reply saying why.
 A command that acts answers through the pull request's sticky comment — its flow edits it, with a last line saying
 who started it:
 
     redeploy → the deploy flow again, same commit        destroy  → the cleanup flow
     reset-db → the runtime's reset_database, then the deploy flow (the database as a new preview's)
     extend   → the record's updatedAt moves (CLEANUP_TTL_DAYS counts again), and a reply says until when
-    approve  → a fork's pull request (ALLOW_FORK_PRS=false) deployed at its current head, read from the code host
+    approve  → a fork's pull request (ALLOW_FORK_PRS=false) deployed at the commit named in full, if that is still its
+               head as the code host says
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event
 
 log = logging.getLogger("orchestrator.flows.commands")
 PERMISSION_SECONDS = 60.0
+REFUSAL_REPLY_SECONDS = 3600.0
 # The commands and what each does (the reply to an unknown one lists them): events/commands.py's COMMANDS.
 USAGE = ("`/preview redeploy` · `/preview destroy` · `/preview reset-db` · `/preview extend` · "
-         "`/preview approve [commit]`")
+         "`/preview approve COMMIT`")
 
 
 class CommandFlow:
@@ -45,6 +48,7 @@ class CommandFlow:
         self.deploy = deploy
         self.cleanup = cleanup
         self._permissions: dict[tuple[str, str, str], tuple[bool, float]] = {}
+        self._refused: dict[tuple[str, str, int, str], float] = {}  # (host, repository, pull request, user) -> when
         self._lock = threading.Lock()
 
     def run(self, event: PullRequestEvent, existing: DeploymentRecord | None, control: FlowControl) -> None:
@@ -53,17 +57,18 @@ class CommandFlow:
             log.warning("command of a code host that is not on: not run", extra={"deploymentId": event.deployment_id})
             return
         name, author = event.command or "", event.command_author or "?"
+        # Who asks comes first: anyone may comment, and only people who may write get more than one answer.
+        if not self._may_write(host, event, author):
+            log.info("/preview %s of %s refused: no write permission", name[:40], author,
+                     extra={"deploymentId": event.deployment_id})
+            if self._first_refusal(host.name, event, author):
+                self._reply(host, event, f"`/preview` commands need write permission on {event.repo_owner}/"
+                                         f"{event.repo_name}: nothing was done.")
+            return
         act = {"redeploy": self._redeploy, "destroy": self._destroy, "reset-db": self._reset_db,
                "extend": self._extend, "approve": self._approve}.get(name)
-        if act is None:
-            asked = f"`/preview {name}` is not a command" if name else "`/preview` needs a command"
-            self._reply(host, event, f"{asked}. The commands: {USAGE}.")
-            return
-        if not self._may_write(host, event, author):
-            log.info("/preview %s of %s refused: no write permission", name, author,
-                     extra={"deploymentId": event.deployment_id})
-            self._reply(host, event, f"`/preview {name}` needs write permission on "
-                                     f"{event.repo_owner}/{event.repo_name}: nothing was done.")
+        if act is None:  # never echoed: the word is the commenter's
+            self._reply(host, event, f"That is not a `/preview` command. The commands: {USAGE}.")
             return
         log.info("/preview %s by %s", name, author, extra={"deploymentId": event.deployment_id})
         act(host, event, existing, control)
@@ -129,10 +134,14 @@ class CommandFlow:
         if not change.open:
             self._reply(host, event, "The pull request is not open: nothing to approve.")
             return
-        pinned = event.command_argument
-        if pinned and not (len(pinned) >= 7 and (change.head_sha or "").startswith(pinned.lower())):
-            self._reply(host, event, f"`{pinned[:40]}` is not the pull request's head ({(change.head_sha or '')[:7]}"
-                                     "): nothing was deployed. Approve the commit you reviewed once it is the head.")
+        # The whole commit id: what the maintainer reviewed, not whatever the fork's author pushes meanwhile (nor
+        # a commit made to share a short prefix with it).
+        pinned = (event.command_argument or "").lower()
+        if pinned != (change.head_sha or "-"):
+            head = change.head_sha or "unknown"
+            self._reply(host, event, ("`/preview approve` needs the full id of the commit you reviewed" if not pinned
+                                      else "That is not the pull request's head") +
+                        f": nothing was deployed. The head is {head}: `/preview approve {head}` once you reviewed it.")
             return
         try:
             approved = event_of(event.codehost, change, "opened", event.delivery_id, trigger="command")
@@ -168,11 +177,26 @@ class CommandFlow:
             allowed = host.can_write(event.repo_owner, event.repo_name, author, event.command_author_id)
         except CODEHOST_ERRORS as exc:
             log.warning("permission of %s not known: %s", author, exc, extra={"deploymentId": event.deployment_id})
-            raise FlowError(f"/preview {event.command}: the code host did not say whether {author} may write "
-                            f"({exc})") from None
+            if self._first_refusal(host.name, event, author):
+                self._reply(host, event, "The service could not ask the code host who may run commands; nothing "
+                                         "was done (the operator sees why in its log).")
+            raise FlowError(f"/preview: the code host did not say whether {author} may write ({exc})") from None
         with self._lock:
             self._permissions[key] = (allowed, now)
         return allowed
+
+    def _first_refusal(self, codehost: str, event: PullRequestEvent, author: str) -> bool:
+        """Whether to answer a refused command: once per user and pull request an hour, so that commenting cannot
+        make the service spend its API requests."""
+        key = (codehost, f"{event.repo_owner}/{event.repo_name}".lower(), event.pr_number, author.lower())
+        now = time.monotonic()
+        with self._lock:
+            if now - self._refused.get(key, -REFUSAL_REPLY_SECONDS) < REFUSAL_REPLY_SECONDS:
+                return False
+            if len(self._refused) > 10_000:
+                self._refused.clear()
+            self._refused[key] = now
+            return True
 
     def _reply(self, host: CodeHost, event: PullRequestEvent, text: str) -> None:
         """A short new comment: the answer to a command that did not act (nothing on the record changes)."""

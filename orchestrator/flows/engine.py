@@ -36,9 +36,9 @@ from orchestrator.state.store import DeploymentStore
 __all__ = ["INTERRUPTED", "DeployEngine", "build_engine"]
 log = logging.getLogger("orchestrator.flows.engine")
 FORK_REFUSAL = ("Pull requests from forks are not deployed: their code would run on the preview host. "
-                "A maintainer who reviewed it can comment `/preview approve {sha}` to deploy this commit (each new "
-                "push needs approving again), push the branch to this repository, or the operator can set "
-                "ALLOW_FORK_PRS=true.")
+                "Someone with write permission who reviewed it can comment `/preview approve {sha}` to deploy this "
+                "commit (each new push needs approving again), push the branch to this repository, or the operator "
+                "can set ALLOW_FORK_PRS=true.")
 
 
 def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, store: DeploymentStore,
@@ -108,4 +108,4 @@ class DeployEngine:
         log.info("pull request from fork %s not deployed", event.head_repo_full_name,
                  extra={"deploymentId": event.deployment_id})
         if event.action in ("opened", "reopened"):
-            self.reporter.refuse(event, FORK_REFUSAL.format(sha=(event.commit_sha or "")[:7]))
+            self.reporter.refuse(event, FORK_REFUSAL.format(sha=event.commit_sha or "COMMIT"))

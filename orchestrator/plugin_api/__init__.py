@@ -26,6 +26,7 @@ from orchestrator.plugin_api.codehost import (
     json_object,
     labels_of,
     signature_matches,
+    unreadable_item,
     upsert_issue_comment,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
@@ -73,6 +74,7 @@ __all__ = [
     "json_object",
     "labels_of",
     "signature_matches",
+    "unreadable_item",
     "upsert_issue_comment",
     "PROJECT",
     "AppService",

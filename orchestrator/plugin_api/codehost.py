@@ -164,6 +164,10 @@ class PullRequestComment:
     author: str
     body: str
     author_id: int | None = None
+    # The comment's id and time as the signed body says: a comment runs its command once, however often its
+    # delivery is sent again (the delivery id header is not signed), and an old one never.
+    comment_id: int | None = None
+    created_at: datetime | None = None
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -374,8 +378,9 @@ class ApiClient:
               headers: Mapping[str, str] | None = None) -> list[Any]:
         """Every item of a listing that pages with `Link: <…>; rel="next"` (GitHub, Gitea, GitLab), each page asked
         conditionally: one unchanged since the last call (304 to If-None-Match) is the last answer's (GitHub does
-        not count those against the rate limit). CodeHostError when a page fails or is not a list, a next page is
-        on another origin, or there are more than MAX_PAGES pages: a listing is complete or it is nothing."""
+        not count those against the rate limit). The next page is asked of the API's own scheme, host and port
+        whatever host Link names. CodeHostError when a page fails or is not a list, or there are more than
+        MAX_PAGES pages: a listing is complete or it is nothing."""
         url = str(self._client.build_request("GET", path, params=dict(params)).url)
         origin = httpx.URL(url).copy_with(path="/", query=None)
         items: list[Any] = []
@@ -400,9 +405,10 @@ class ApiClient:
             items.extend(page)
             if not following:
                 return items
-            if httpx.URL(following).copy_with(path="/", query=None) != origin:
-                raise CodeHostError(f"GET {path}: the next page is on another host")  # the token stays home
-            url = following
+            # The next page's path and query, asked of the API's own address: a host behind a proxy names its public
+            # address in Link, and the token goes nowhere else whatever Link says.
+            next_url = httpx.URL(following)
+            url = str(origin.copy_with(path=next_url.path, query=next_url.query or None))
         raise CodeHostError(f"GET {path}: more than {MAX_PAGES} pages")
 
     @staticmethod
@@ -438,6 +444,19 @@ def _server_wait(response: httpx.Response) -> float | None:
     if reset and reset.strip().isdigit():
         return max(0.0, float(reset) - time.time())
     return None
+
+
+def unreadable_item(owner: str, repo: str, item: Any, problem: str) -> PullRequestChange:
+    """An open pull request of a listing the service cannot read (a branch name too long, a field it does not know):
+    counted as open (its preview is never removed for it), acted on by nothing (no head). CodeHostError when not
+    even its number can be read: the whole listing is then not used."""
+    number = item.get("number", item.get("iid")) if isinstance(item, dict) else None
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        raise CodeHostError(f"the open pull requests' listing: an item without a number ({problem})")
+    log.warning("%s/%s#%d as listed cannot be read (%s): it counts as open, and nothing else", owner, repo, number,
+                problem)
+    return PullRequestChange(action="opened", owner=owner, name=repo, number=number, head_ref=None, head_sha=None,
+                             clone_url=None, head_repository=None, base_ref=None)
 
 
 # GitHub's issue-comments endpoints, which Gitea and Forgejo share: the pull request's one comment --------------

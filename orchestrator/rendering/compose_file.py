@@ -90,6 +90,11 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
     if rendered.rename:
         source, target = rendered.rename
         os.replace(repo_dir / source, repo_dir / target)
+    # Both names are the service's: a checkout's own file (or link) of the other name would later be taken for
+    # what the service ran (cleanup, wake, reset-db read the compose file back), so it goes.
+    for name in (GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT):
+        if name != rendered.compose_file and ((repo_dir / name).is_symlink() or (repo_dir / name).is_file()):
+            (repo_dir / name).unlink()
     for name, text in rendered.files.items():
         write_new(repo_dir, name, text)
     keep_out_of_images(repo_dir, [*rendered.files, rendered.compose_file])

@@ -191,26 +191,32 @@ class ComposeRuntime:
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the named volumes of the `db` service (of the compose file the service wrote) and
-        the containers of `db` and `app` removed; the update the flow runs next creates them again."""
-        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-        database = (document.get("services") or {}).get("db")
+        the containers of `db` and `app` removed; the update the flow runs next creates them again. Only volumes
+        the engine says are this deployment's (its label) are removed, whatever a file names."""
+        try:
+            document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise RuntimeFailure("The database could not be reset", f"{compose_file.name}: {exc}") from None
+        services = document.get("services") if isinstance(document, dict) else None
+        database = services.get("db") if isinstance(services, dict) else None
         if not isinstance(database, dict):
             raise RuntimeFailure("This preview has no db service to reset")
         declared = document.get("volumes") or {}
-        names = []
+        wanted = []
         for mount in database.get("volumes") or []:
             source = mount.get("source") if isinstance(mount, dict) else str(mount).split(":", 1)[0]
-            volume = declared.get(source) if isinstance(source, str) else None
-            if isinstance(volume, dict) and not volume.get("external"):
-                names.append(volume_name(deployment_id, str(source), volume))
-            elif source in declared and volume is None:  # `dbdata:` declared without options
-                names.append(volume_name(deployment_id, str(source), {}))
+            if isinstance(source, str) and isinstance(declared, dict) and source in declared:
+                volume = declared[source] if isinstance(declared[source], dict) else {}
+                if not volume.get("external"):
+                    wanted.append(volume_name(deployment_id, source, volume))
         with _failure("The database could not be reset"):
+            own = set(self.docker.labelled("volume", deployment_id))
+            names = [name for name in wanted if name in own]
             self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
                                log)
             for name in names:
                 self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
-        log.note(f"database reset: {', '.join(names) or 'no named volume'} removed")
+        log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
         return names
 
     def _discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],

@@ -82,8 +82,11 @@ class FakeCodeHost:
             pull["head"]["sha"], pull["updated_at"] = sha, _now()
 
     def close_pull(self, owner: str, repo: str, number: int) -> None:
+        """Closed: no longer listed; asked for alone, it says `closed`."""
         with self.lock:
-            self.pulls.get((owner, repo), {}).pop(number, None)
+            pull = self.pulls.get((owner, repo), {}).get(number)
+            if pull is not None:
+                pull["state"], pull["updated_at"] = "closed", _now()
 
     def listing_calls(self) -> list[Call]:
         with self.lock:
@@ -234,7 +237,7 @@ class FakeCodeHost:
         # Owner and name are case-insensitive in the API's paths, as on GitHub and Gitea.
         listed = next((pulls for (o, r), pulls in self.pulls.items() if (o.lower(), r.lower()) ==
                        (owner.lower(), repo.lower())), {})
-        pulls = [pull for _, pull in sorted(listed.items(), reverse=True)]
+        pulls = [pull for _, pull in sorted(listed.items(), reverse=True) if pull["state"] == "open"]
         items = json.loads(json.dumps(pulls[(page - 1) * size:page * size]))
         etag = '"' + hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:20] + '"'
         answer = {"ETag": etag, "x-ratelimit-limit": str(self.rate_limit)}

@@ -168,16 +168,20 @@ def gitlab_headers(token: str = GITLAB_SECRET, delivery: str | None = None,
 
 
 def comment_payload(number: int, body: str, user: str, repository: str = FIXTURE_REPO,
-                    on_pull_request: bool = True) -> bytes:
+                    on_pull_request: bool = True, comment_id: int | None = None,
+                    created_at: datetime | None = None) -> bytes:
     """GitHub's `issue_comment` `created` delivery (the part the service reads, shaped as GitHub sends it): a new
-    comment by `user` on pull request (or issue) `number` of `repository`."""
+    comment by `user` on pull request (or issue) `number` of `repository`, written now unless `created_at`; each
+    call a new comment (its id) unless `comment_id`."""
     owner, name = repository.split("/")
     issue: dict[str, Any] = {"number": number, "title": f"PR {number}", "state": "open"}
     if on_pull_request:
         issue["pull_request"] = {"url": f"https://api.github.com/repos/{repository}/pulls/{number}"}
     return json.dumps({
         "action": "created", "issue": issue,
-        "comment": {"id": 1_000_000 + number, "body": body, "user": {"login": user, "type": "User"}},
+        "comment": {"id": comment_id or uuid.uuid4().int % 2**53, "body": body,
+                    "user": {"login": user, "type": "User"},
+                    "created_at": (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")},
         "repository": {"full_name": repository, "name": name, "owner": {"login": owner}},
         "sender": {"login": user},
     }).encode()

@@ -48,6 +48,10 @@ class DeliveryReplayResource:
         self._dispatcher = dispatcher
 
     async def on_post(self, req: Request, resp: Response, entry_id: str) -> None:
+        # A JSON body (`{}` will do): a browser cannot send one to another site without asking it first (CORS), so
+        # a page the operator opens cannot replay deliveries through the operator's own access to the service.
+        if (req.content_type or "").split(";")[0].strip().lower() != "application/json":
+            raise falcon.HTTPUnsupportedMediaType(description="Content-Type must be application/json (send {})")
         if not entry_id.isdigit() or len(entry_id) > 18:
             raise falcon.HTTPBadRequest(description="Invalid delivery id: the log's number, e.g. 42")
         found = await asyncio.to_thread(self._deliveries.kept_event, int(entry_id))
