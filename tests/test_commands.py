@@ -140,3 +140,11 @@ def test_a_comment_runs_its_command_once_and_an_old_one_never(settings: Any, han
     assert [d["outcome"] for d in logged] == ["ignored", "duplicate", "accepted"]
     assert "too long ago to run its command" in logged[0]["reason"]
     assert len(handler.entries()) == 1
+
+
+def test_the_operators_reset_db_is_a_json_post_of_a_known_preview(client: testing.TestClient) -> None:
+    path = "/api/previews/codertocat-hello-world-5/reset-db"
+    assert client.simulate_post(path, body="x", headers={"Content-Type": "text/plain"}).status_code == 415
+    assert client.simulate_post(path, json={}).status_code == 404
+    assert client.simulate_post("/api/previews/NOT_AN_ID/reset-db", json={}).status_code == 400
+    assert client.simulate_get(path).status_code == 405 and client.simulate_delete(path).status_code == 405

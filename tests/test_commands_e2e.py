@@ -87,6 +87,13 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
     stack.wait_page(pr, "python says: commit A\n")
     assert stack.page(pr, "db").text == "db reachable"  # the app reaches the new database
 
+    # The operator's own reset (the API): the same, answered once done.
+    assert psql(pr, db_password(pr), "CREATE TABLE again_by_the_app (x int)").returncode == 0
+    reset = httpx.post(f"{stack.service.url}/api/previews/{SLUG}-{pr}/reset-db", json={}, timeout=300)
+    assert reset.status_code == 200, reset.text
+    assert "does not exist" in psql(pr, db_password(pr), "SELECT count(*) FROM again_by_the_app").stderr
+    assert "Started by the service's operator" in sticky(stack, pr)
+
     # redeploy: the same commit built and started again (its log says so), the comment says who asked.
     updates = stack.logs(pr).count("update of")
     comment(stack, pr, "/preview redeploy", "maintainer")
@@ -104,7 +111,7 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
     stack.wait_gone(pr)
     assert_fully_removed(stack, pr)
     assert "Started by `/preview destroy` from @maintainer" in sticky(stack, pr)
-    assert commands_done(stack, pr) == 6
+    assert commands_done(stack, pr) == 6  # the operator's reset is not a delivery
 
 
 def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:

@@ -61,6 +61,8 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "/api/preview-wake/{deploymentId}",
         # The delivery log (docs/codehosts.md)
         "/api/deliveries", "/api/deliveries/{id}/replay",
+        # The operator's reset of a preview's database (README, "Commands in pull-request comments")
+        "/api/previews/{deploymentId}/reset-db",
     }
     webhook = doc["paths"]["/webhook/codehost"]["post"]
     assert {"200", "400", "401", "403", "413", "500"} <= set(webhook["responses"])

@@ -53,12 +53,13 @@ class CommandFlow:
 
     def run(self, event: PullRequestEvent, existing: DeploymentRecord | None, control: FlowControl) -> None:
         host = self.c.codehosts.get(event.codehost)
-        if host is None:
+        if host is None and event.trigger != "operator":
             log.warning("command of a code host that is not on: not run", extra={"deploymentId": event.deployment_id})
             return
         name, author = event.command or "", event.command_author or "?"
-        # Who asks comes first: anyone may comment, and only people who may write get more than one answer.
-        if not self._may_write(host, event, author):
+        # Who asks comes first: anyone may comment, and only people who may write get more than one answer. The
+        # operator (the API) needs no one's permission.
+        if event.trigger != "operator" and not self._may_write(host, event, author):
             log.info("/preview %s of %s refused: no write permission", name[:40], author,
                      extra={"deploymentId": event.deployment_id})
             if self._first_refusal(host.name, event, author):
@@ -75,14 +76,14 @@ class CommandFlow:
 
     # The commands ---------------------------------------------------------------------------------------
 
-    def _redeploy(self, host: CodeHost, event: PullRequestEvent, existing: DeploymentRecord | None,
+    def _redeploy(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                   control: FlowControl) -> None:
         if existing is None:
             self._reply(host, event, "There is no preview to redeploy: a push deploys the pull request.")
             return
         self.deploy.run(self._update(event, existing), existing, control)
 
-    def _destroy(self, host: CodeHost, event: PullRequestEvent, existing: DeploymentRecord | None,
+    def _destroy(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                  control: FlowControl) -> None:
         if existing is None:
             self._reply(host, event, "There is no preview to destroy.")
@@ -90,7 +91,7 @@ class CommandFlow:
         closing = event_for_record(existing, "closed", event.delivery_id)
         self.cleanup.run(closing.model_copy(update=self._started_by(event)), existing)
 
-    def _reset_db(self, host: CodeHost, event: PullRequestEvent, existing: DeploymentRecord | None,
+    def _reset_db(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                   control: FlowControl) -> None:
         target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
         compose_file = target.compose_file()
@@ -107,7 +108,7 @@ class CommandFlow:
             raise FlowError(exc.message) from None
         self.deploy.run(self._update(event, existing), existing, control)
 
-    def _extend(self, host: CodeHost, event: PullRequestEvent, existing: DeploymentRecord | None,
+    def _extend(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                 control: FlowControl) -> None:
         if existing is None:
             self._reply(host, event, "There is no preview to keep longer.")
@@ -121,8 +122,10 @@ class CommandFlow:
         self._reply(host, event, f"The preview is kept until {until} unless the pull request closes (the "
                                  f"time-to-live of {days} day{'s' if days != 1 else ''} starts again).")
 
-    def _approve(self, host: CodeHost, event: PullRequestEvent, existing: DeploymentRecord | None,
+    def _approve(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                  control: FlowControl) -> None:
+        if host is None:
+            raise FlowError("/preview approve: the pull request's code host is not on")
         try:
             change = host.pull_request(event.repo_owner, event.repo_name, event.pr_number)
         except CODEHOST_ERRORS as exc:
@@ -198,8 +201,11 @@ class CommandFlow:
             self._refused[key] = now
             return True
 
-    def _reply(self, host: CodeHost, event: PullRequestEvent, text: str) -> None:
-        """A short new comment: the answer to a command that did not act (nothing on the record changes)."""
+    def _reply(self, host: CodeHost | None, event: PullRequestEvent, text: str) -> None:
+        """A short new comment: the answer to a command that did not act (nothing on the record changes). The
+        operator's command (the API) is answered by its failure instead."""
+        if event.trigger == "operator" or host is None:
+            raise FlowError(text)
         try:
             host.reply(event.repo_owner, event.repo_name, event.pr_number, f"@{event.command_author}: {text}")
         except CODEHOST_ERRORS as exc:

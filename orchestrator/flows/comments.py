@@ -12,6 +12,7 @@ TRIGGERS = {
                  "no webhook reported this change.",
     "replay": "Started again from the service's delivery log (a replayed delivery).",
     "command": "Started by `/preview {command}` from @{author}.",
+    "operator": "Started by the service's operator (`{command}` through its API).",
 }
 
 

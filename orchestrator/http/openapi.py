@@ -196,6 +196,21 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/previews/{deploymentId}/reset-db": {
+            "post": {
+                "operationId": "resetPreviewDatabase",
+                "summary": "The preview's database back to its initial state, the app restarted (as /preview reset-db)",
+                "parameters": [_deployment_parameter()],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+                "responses": {
+                    "200": {"description": "Reset, and the preview running again", "content": _json("CleanupResult")},
+                    "400": _error("Invalid deployment id"),
+                    "404": _error("Deployment not found"),
+                    "409": _error("Not reset: the runtime cannot, the preview has no db service, or its update failed"),
+                    "415": _error("Not a JSON body"),
+                },
+            }
+        },
         "/api/plugins": {
             "get": {
                 "operationId": "listPlugins",

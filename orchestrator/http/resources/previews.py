@@ -1,4 +1,5 @@
-"""GET and POST /api/previews, DELETE /api/previews/{deploymentId} and (handed on) GET /api/previews/{id}/logs."""
+"""GET and POST /api/previews, DELETE /api/previews/{deploymentId}, POST /api/previews/{id}/reset-db and (handed
+on) GET /api/previews/{id}/logs."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ class PreviewListResource:
 
 
 LOGS_SUFFIX = "/logs"
+RESET_DB_SUFFIX = "/reset-db"
 
 
 class PreviewResource:
@@ -86,6 +88,8 @@ class PreviewResource:
         self._logs = logs
 
     async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
+        if deployment_id.endswith(RESET_DB_SUFFIX):
+            raise falcon.HTTPMethodNotAllowed(["POST"])
         if not deployment_id.endswith(LOGS_SUFFIX):
             raise falcon.HTTPMethodNotAllowed(["DELETE"])
         deployment_id = deployment_id.removesuffix(LOGS_SUFFIX)
@@ -94,11 +98,38 @@ class PreviewResource:
         await self._logs.on_get(req, resp, deployment_id)
 
     async def on_options(self, req: Request, resp: Response, deployment_id: str) -> None:
-        resp.set_header("Allow", "GET" if deployment_id.endswith(LOGS_SUFFIX) else "DELETE")
+        resp.set_header("Allow", "GET" if deployment_id.endswith(LOGS_SUFFIX) else
+                        "POST" if deployment_id.endswith(RESET_DB_SUFFIX) else "DELETE")
+
+    async def on_post(self, req: Request, resp: Response, deployment_id: str) -> None:
+        """`POST /api/previews/{id}/reset-db`: the database back to its initial state and the app restarted, as
+        `/preview reset-db` does, for the operator; answered once done."""
+        if not deployment_id.endswith(RESET_DB_SUFFIX):
+            raise falcon.HTTPMethodNotAllowed(["GET" if deployment_id.endswith(LOGS_SUFFIX) else "DELETE"])
+        # A JSON body, as for a replay: no page the operator opens can send it unasked.
+        if (req.content_type or "").split(";")[0].strip().lower() != "application/json":
+            raise falcon.HTTPUnsupportedMediaType(description="Content-Type must be application/json (send {})")
+        deployment_id = deployment_id.removesuffix(RESET_DB_SUFFIX)
+        if not is_valid_deployment_id(deployment_id):
+            raise falcon.HTTPBadRequest(description="Invalid deployment id")
+        record = (await asyncio.to_thread(self._store.read)).deployments.get(deployment_id)
+        if record is None:
+            raise falcon.HTTPNotFound(description="Deployment not found")
+        event = event_for_record(record, "command", f"operator-reset-db-{uuid.uuid4()}").model_copy(
+            update={"command": "reset-db", "trigger": "operator", "command_author": "operator"})
+        accepted = await asyncio.to_thread(self._inbox.accept, event)
+        log.info("database reset requested", extra={"deploymentId": deployment_id})
+        self._dispatcher.notify()
+        outcome = await self._dispatcher.wait_for(accepted.seq)
+        if outcome.status == "failed":
+            raise falcon.HTTPConflict(description=outcome.error or "The database could not be reset")
+        resp.media = CleanupResult(message=f"Database of {deployment_id} reset").model_dump()
 
     async def on_delete(self, req: Request, resp: Response, deployment_id: str) -> None:
         if deployment_id.endswith(LOGS_SUFFIX):
             raise falcon.HTTPMethodNotAllowed(["GET"])
+        if deployment_id.endswith(RESET_DB_SUFFIX):
+            raise falcon.HTTPMethodNotAllowed(["POST"])
         if not is_valid_deployment_id(deployment_id):
             raise falcon.HTTPBadRequest(description="Invalid deployment id")
         data = await asyncio.to_thread(self._store.read)
