@@ -187,12 +187,14 @@ def _paths() -> dict[str, Any]:
                 "summary": "Process an accepted delivery's event again (a new event, through the inbox)",
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"},
                                 "description": "The delivery's number in the log"}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
                 "responses": {
                     "202": {"description": "Queued", "content": _json("ReplayAccepted")},
                     "400": _error("Invalid delivery id"),
                     "403": _error("Repository not in allowed list (any more)"),
                     "404": _error("Not in the log (never, or older than DELIVERY_LOG_DAYS)"),
                     "409": _error("Not an accepted delivery, or the deployment id belongs to another repository"),
+                    "415": _error("Not a JSON body"),
                 },
             }
         },
