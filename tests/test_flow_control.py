@@ -20,6 +20,9 @@ from orchestrator.common.flow_control import FlowAborted, FlowControl
 from tests.support.live import wait_until
 
 ENV = {"PATH": "/usr/bin:/bin"}
+# The fraction of every `sleep` these tests start: its processes are told apart from any other `sleep 40x` on the
+# host (another test run, a contributor's shell), which the process listing below would otherwise count.
+TAG = f"{os.getpid()}{time.time_ns() % 10**6:06d}"
 
 
 def running(pattern: str) -> list[str]:
@@ -29,14 +32,15 @@ def running(pattern: str) -> list[str]:
 
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     with pytest.raises(CommandFailed) as failed:
-        run(["sh", "-c", "sleep 401 & sleep 402"], cwd=None, env=ENV, timeout=1, log=DeploymentLog(tmp_path / "l"))
+        run(["sh", "-c", f"sleep 401.{TAG} & sleep 402.{TAG}"], cwd=None, env=ENV, timeout=1,
+            log=DeploymentLog(tmp_path / "l"))
     assert failed.value.timed_out
-    wait_until(lambda: not running("sleep 40"), timeout=5, message="both sleeps gone")
+    wait_until(lambda: not running(f".{TAG}"), timeout=5, message="both sleeps gone")
 
 
 def test_children_left_behind_by_a_command_that_exits_are_killed(tmp_path: Path) -> None:
-    run(["sh", "-c", "sleep 403 & echo started"], cwd=None, env=ENV, timeout=10, log=None)
-    wait_until(lambda: not running("sleep 403"), timeout=5, message="background child gone")
+    run(["sh", "-c", f"sleep 403.{TAG} & echo started"], cwd=None, env=ENV, timeout=10, log=None)
+    wait_until(lambda: not running(f"sleep 403.{TAG}"), timeout=5, message="background child gone")
 
 
 def test_cancellation_stops_a_running_command_at_once(tmp_path: Path) -> None:
@@ -44,10 +48,11 @@ def test_cancellation_stops_a_running_command_at_once(tmp_path: Path) -> None:
     threading.Timer(0.5, control.cancel, args=("the pull request was closed",)).start()
     started = time.monotonic()
     with pytest.raises(FlowAborted) as aborted:
-        run(["sh", "-c", "sleep 404 & sleep 405"], cwd=None, env=ENV, timeout=600, log=None, control=control)
+        run(["sh", "-c", f"sleep 404.{TAG} & sleep 405.{TAG}"], cwd=None, env=ENV, timeout=600, log=None,
+            control=control)
     assert time.monotonic() - started < 3
     assert aborted.value.cancelled and aborted.value.message == "Cancelled: the pull request was closed"
-    wait_until(lambda: not running("sleep 40"), timeout=5, message="sleeps gone")
+    wait_until(lambda: not running(f".{TAG}"), timeout=5, message="sleeps gone")
 
 
 def test_the_flow_deadline_bounds_every_command_and_wait() -> None:
@@ -69,7 +74,7 @@ def test_a_restart_finds_and_stops_what_a_killed_service_left_running(tmp_path: 
     env = HostEnv.for_state_dir(tmp_path / "state", inherited=ENV)
     other = HostEnv.for_state_dir(tmp_path / "other-state", inherited=ENV)
     script = ("import subprocess, time\n"
-              "subprocess.Popen(['sh', '-c', 'sleep 407 & sleep 408'], start_new_session=True)\n"
+              f"subprocess.Popen(['sh', '-c', 'sleep 407.{TAG} & sleep 408.{TAG}'], start_new_session=True)\n"
               "time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], env=env.commands(tmp_path))
     unrelated = subprocess.Popen(["sleep", "409"], env=other.commands(tmp_path))
@@ -81,7 +86,7 @@ def test_a_restart_finds_and_stops_what_a_killed_service_left_running(tmp_path: 
         stopped = stop_marked_processes(env.marker)
         assert stopped
         assert marked_processes(env.marker) == []
-        assert not running("sleep 407") and not running("sleep 408")
+        assert not running(f"sleep 407.{TAG}") and not running(f"sleep 408.{TAG}")
         assert unrelated.poll() is None  # another service's child is not ours to stop
     finally:
         unrelated.kill()

@@ -307,3 +307,15 @@ def test_the_main_process_after_startup_commands_follows_dockers_rules(compose_e
                                                                         expected) -> None:
     pending = PendingStartup(["true"], image="x", entrypoint=compose_entrypoint, command=compose_command)
     assert main_process(pending, ["docker-entrypoint.sh"], ["node", "server.js"]) == expected
+
+
+def test_a_checkouts_own_file_of_the_normalized_outputs_name_goes_beside_a_generated_compose_file(
+        host: PluginHost, tmp_path: Path) -> None:
+    """Cleanup, wake and reset-db read the compose file back, the normalized output's name first: a repository
+    must not be able to ship a file of that name for them to take for what the service ran."""
+    repo = make_repo(tmp_path / "r", config_for("go"),
+                     files={"compose.preview.generated.yml": "volumes:\n  db:\n    name: another-previews-data\n"})
+    rendered = render(host, repo)
+    assert not rendered.repository_owned and rendered.compose_file == "compose.preview.yml"
+    written = write_rendered(repo, rendered)
+    assert written == repo / "compose.preview.yml" and not (repo / "compose.preview.generated.yml").exists()

@@ -90,11 +90,13 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
     if rendered.rename:
         source, target = rendered.rename
         os.replace(repo_dir / source, repo_dir / target)
-    # Both names are the service's: a checkout's own file (or link) of the other name would later be taken for
-    # what the service ran (cleanup, wake, reset-db read the compose file back), so it goes.
-    for name in (GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT):
-        if name != rendered.compose_file and ((repo_dir / name).is_symlink() or (repo_dir / name).is_file()):
-            (repo_dir / name).unlink()
+    # The normalized output's name is the service's alone: a checkout's own file (or link) of that name beside a
+    # generated compose file would later be taken for what the service ran (cleanup, wake and reset-db read the
+    # compose file back, that name first), so it goes. (The generated file's name is also a repository's own
+    # compose file's, which the normalized output is made from and which stays.)
+    leftover = repo_dir / REPO_COMPOSE_OUTPUT
+    if rendered.compose_file == GENERATED_COMPOSE and (leftover.is_symlink() or leftover.is_file()):
+        leftover.unlink()
     for name, text in rendered.files.items():
         write_new(repo_dir, name, text)
     keep_out_of_images(repo_dir, [*rendered.files, rendered.compose_file])
