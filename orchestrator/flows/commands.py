@@ -167,7 +167,9 @@ class CommandFlow:
 
     @staticmethod
     def _started_by(event: PullRequestEvent) -> dict[str, object]:
-        return {"trigger": "command", "command": event.command, "command_author": event.command_author}
+        """What the flow's comment says started it: a comment's command, or the operator's (the API)."""
+        return {"trigger": "operator" if event.trigger == "operator" else "command", "command": event.command,
+                "command_author": event.command_author}
 
     def _may_write(self, host: CodeHost, event: PullRequestEvent, author: str) -> bool:
         key = (host.name, f"{event.repo_owner}/{event.repo_name}".lower(), author.lower())
