@@ -153,4 +153,8 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
         return row is not None and row[0] == "done"
     wait_until(push_finished, timeout=30, message="the fork's push handled")
     assert stack.records()[f"{SLUG}-{pr}"]["commitSha"] == repo.sha_a
+    held = sticky(stack, pr)  # still the approved preview's link, and how to approve the new commit
+    assert f"/{SLUG}/pr-{pr}/" in held and f"approved commit `{repo.sha_a[:7]}`" in held
+    assert f"`/preview approve {repo.sha_b}`" in held
+    stack.wait_page(pr, "python says: commit A\n")
     stack.close(pr, repo, repo.sha_a)

@@ -79,6 +79,16 @@ def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | N
     return text + "Push a new commit to retry, or close and reopen the pull request."
 
 
+def fork_push_held(url: str, deployed: str, pushed: str) -> str:
+    """An approved fork's preview after a push that was not deployed (forks need each commit approved)."""
+    return (
+        f"{MARKER}\n### ✅ Preview ready — of the approved commit `{_short(deployed)}`\n\n"
+        f"**{url}**\n\n"
+        f"The fork's newer commit `{_short(pushed)}` is not deployed: its code would run on the preview host. "
+        f"Someone with write permission who reviewed it can comment `/preview approve {pushed}`."
+    )
+
+
 def refused(message: str) -> str:
     return f"{MARKER}\n### ⚠️ No preview\n\n{message}"
 

@@ -18,6 +18,7 @@ import logging
 from datetime import datetime
 
 from orchestrator.common.flow_control import FlowControl, unlimited
+from orchestrator.flows import comments
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.commands import CommandFlow
 from orchestrator.flows.context import FlowContext
@@ -76,7 +77,7 @@ class DeployEngine:
         elif event.action == "command":  # a `/preview …` comment: its author's permission is checked there
             self.command_flow.run(event, existing, control)
         elif event.action != "closed" and event.from_fork and not self.settings.allow_fork_prs:
-            self._refuse_fork(event)
+            self._refuse_fork(event, existing)
         elif event.action == "closed":
             self.cleanup_flow.run(event, existing)
         else:
@@ -103,9 +104,15 @@ class DeployEngine:
     def password_key(self) -> bytes:
         return self.context.password_key()
 
-    def _refuse_fork(self, event: PullRequestEvent) -> None:
-        """Forks run code from outside the team: one comment on opening, nothing recorded, nothing run."""
+    def _refuse_fork(self, event: PullRequestEvent, existing: DeploymentRecord | None) -> None:
+        """Forks run code from outside the team: one comment on opening, nothing recorded, nothing run. A push to
+        one whose commit was approved (`/preview approve`) keeps the approved preview, and its comment says how to
+        approve the new commit."""
         log.info("pull request from fork %s not deployed", event.head_repo_full_name,
                  extra={"deploymentId": event.deployment_id})
-        if event.action in ("opened", "reopened"):
+        if event.action in ("opened", "reopened") and existing is None:
             self.reporter.refuse(event, FORK_REFUSAL.format(sha=event.commit_sha or "COMMIT"))
+        elif existing is not None and existing.status == "running" and event.commit_sha != existing.commitSha:
+            link = self.proxy.reviewer_link(existing.url, existing.subject)
+            self.reporter.comment(event, existing.commentId,
+                                  comments.fork_push_held(link, existing.commitSha, event.commit_sha or "COMMIT"))
