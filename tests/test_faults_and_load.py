@@ -122,9 +122,18 @@ def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -
     assert not {r["exposedAppPort"] for r in records} & {r["exposedDbPort"] for r in records}
     wait_until(lambda: stack.records()[f"{SLUG}-150"]["commitSha"] == repo.sha_b, timeout=60, message="sync ran")
     inbox = sqlite3.connect(stack.root / "state" / "inbox.sqlite3")
-    rows = inbox.execute("SELECT delivery_id, status FROM events WHERE delivery_id LIKE 'load-%'").fetchall()
+
+    def inbox_rows() -> list[tuple[str, str]]:
+        return inbox.execute("SELECT delivery_id, status FROM events WHERE delivery_id LIKE 'load-%'").fetchall()
+
+    # The record says failed a moment before the lane marks its inbox row done: wait for the rows to settle.
+    wait_until(lambda: not {status for _, status in inbox_rows()} & {"pending", "running"}, timeout=60,
+               message="every inbox row settled")
+    rows = inbox_rows()
     assert sorted(d for d, _ in rows) == sorted(f"load-{pr}" for pr in numbers)  # each stored once
     assert {status for _, status in rows} == {"failed"}  # and each processed, once
+    wait_until(lambda: all(stack.codehost.comments_on("Codertocat", "Hello-World", pr) for pr in numbers),
+               timeout=60, message="every pull request commented")
     for pr in numbers:
         assert len(stack.codehost.comments_on("Codertocat", "Hello-World", pr)) == 1
     for pr in [*numbers, 150]:
