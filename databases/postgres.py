@@ -1,5 +1,7 @@
 """The built-in `postgres` database: the official image's variables, a per-PR database `pr_<N>`, and a seed (a
-data directory initialised once per image) that a new preview's database starts from instead of running initdb."""
+data directory initialised once per image) that a new preview's database starts from instead of running initdb.
+A repository's `seed` (a plain `.sql`, a gzipped `.sql.gz`, or pg_dump's custom format `.dump`) is restored into
+the seed's database once; every copy renames it to the preview's `pr_<N>`, as it does the empty one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from orchestrator.plugin_api import (
     DatabaseSpec,
     DatabaseWiring,
     RenderContext,
+    SeedRestore,
     database_app_env,
     hookimpl,
 )
@@ -21,6 +24,19 @@ SEED_DATABASE = "seed"
 # The seed's own password never serves a preview: `script` replaces it before the copy's server first listens.
 SEED_PASSWORD = "replaced-in-every-copy"  # noqa: S105 (no network while it exists)
 DONE = "po-seed-done"  # printed by the script's last statement, which runs only if the others succeeded
+
+# Restores run over the socket (trusted locally in the image) and stop at the first error, which psql prints.
+PSQL = ["psql", "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--username", USER, "--dbname", SEED_DATABASE]
+RESTORE = SeedRestore(
+    formats={
+        ".sql": [*PSQL, "--file"],
+        # gzip -t first: a truncated archive fails before psql runs half of it (sh has no pipefail)
+        ".sql.gz": ["sh", "-c", f'gzip -t "$1" && gzip -dc "$1" | {" ".join(PSQL)}', "sh"],
+        ".dump": ["pg_restore", "--no-owner", "--no-privileges", "--exit-on-error", "--username", USER,
+                  "--dbname", SEED_DATABASE],
+    },
+    url=f"postgresql://{USER}:{SEED_PASSWORD}@127.0.0.1:{PORT}/{SEED_DATABASE}",
+)
 
 # Copies the seed, then runs `script` in single-user mode (no server listening). The statements form one
 # command (`-j`: up to a blank line), so one failing rolls back the others and the marker is not printed; the
@@ -68,6 +84,7 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
             script=(f"ALTER ROLE {_identifier(USER)} PASSWORD {_literal(password)};\n"
                     f"ALTER DATABASE {_identifier(SEED_DATABASE)} RENAME TO {_identifier(name)};\n"
                     f"SELECT '{DONE[:7]}' || '{DONE[7:]}';\n\n"),
+            restore=RESTORE,
         ),
     )
 

@@ -133,6 +133,11 @@ class Settings(PluginSettings):
     # A new preview's database starts from a copy of a data directory initialised once per image (a database
     # plugin's DatabaseSeed) instead of initialising itself; the `compose` runtime (docs/benchmarks.md).
     database_seeds: bool = True
+    # A repository's `seed` (preview-config.yml): the operator's snapshots live under SNAPSHOTS_DIR/{projectSlug}/
+    # (default: `snapshots` beside the tracking store); the restored seeds kept on the engine are bounded by
+    # SEED_CACHE_GB, the least recently used removed first (docs/configuration.md).
+    snapshots_dir: Path | None = None
+    seed_cache_gb: float = Field(default=20.0, gt=0)
     # What reviewers meet (docs/routing.md, docs/security.md). `path`: {PREVIEW_BASE_URL}/{slug}/pr-{N}/ (the
     # spec's route); `host`: {slug}-pr-{N}.{PREVIEW_DOMAIN}, one nginx server per preview (wildcard DNS).
     preview_routing: Literal["path", "host"] = "path"
@@ -329,6 +334,11 @@ class Settings(PluginSettings):
     def state_dir(self) -> Path:
         """The directory of the tracking store: the inbox and the service's own keys live there too."""
         return self.deployments_db.parent
+
+    @property
+    def snapshots_path(self) -> Path:
+        """Where the operator keeps snapshots a repository's `seed` may name (one directory per project slug)."""
+        return self.snapshots_dir or self.state_dir / "snapshots"
 
     @property
     def swarm_registry_credentials(self) -> tuple[str, str] | None:

@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--url", help=url_help)
         command.set_defaults(run=_client)
 
+    seeds = commands.add_parser("seeds", help="the repositories' database seeds this host keeps (preview-config.yml "
+                                "`seed`), most recently used first, and their share of SEED_CACHE_GB")
+    seeds.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    seeds.set_defaults(run=service_commands.seeds)
     doctor = commands.add_parser("doctor", help="check this host: one line per requirement, the fix for each ✗")
     doctor.set_defaults(run=service_commands.doctor)
     nginx = commands.add_parser("setup-nginx", help="install an nginx site with the webhook location and the "

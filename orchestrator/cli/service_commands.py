@@ -82,6 +82,35 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if doctor.hard_failures(checks) else 0
 
 
+def seeds(args: argparse.Namespace) -> int:
+    """The repositories' database seeds this host keeps (preview-config.yml `seed`), most recently used first."""
+    import json
+    from datetime import UTC, datetime
+
+    from orchestrator.common.text_table import format_table, printable
+    from orchestrator.runtime.data_seeds import listed_seeds
+
+    settings, _ = service_settings_or_exit()
+    found = listed_seeds(settings.state_dir)
+    if args.json:
+        print(json.dumps([{"key": s.key, "repository": s.repository, "source": s.source, "image": s.image,
+                           "sizeBytes": s.size_bytes, "restoreSeconds": s.seconds,
+                           "madeAt": datetime.fromtimestamp(s.made_at, UTC).isoformat(),
+                           "lastUsedAt": datetime.fromtimestamp(s.used_at, UTC).isoformat()} for s in found]))
+        return 0
+
+    def when(stamp: float) -> str:
+        return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M")
+
+    rows = [["SEED", "SIZE", "RESTORED IN", "LAST USED", "REPOSITORY", "SOURCE"]]
+    rows += [[s.key, f"{s.size_bytes / 2**20:.0f} MB", f"{s.seconds:.1f} s", when(s.used_at), printable(s.repository),
+              printable(s.source)] for s in found]
+    total = sum(s.size_bytes for s in found)
+    sys.stdout.write(format_table(rows) if found else "no database seeds\n")
+    print(f"{total / 2**30:.2f} GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB")
+    return 0
+
+
 def setup_nginx(args: argparse.Namespace) -> int:
     from orchestrator.adapters.host_env import HostEnv
     from orchestrator.adapters.nginx_site import ensure_site

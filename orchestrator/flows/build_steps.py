@@ -15,15 +15,21 @@ from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.git import CloneRefused
 from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
-from orchestrator.common.checkout_paths import UnsafeCheckout, check_links
+from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, inside
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import mirror_name
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import RuntimeFailure, app_address, app_address_before_start, seed_database
-from orchestrator.plugin_api.types import RenderContext
+from orchestrator.plugin_api.runtime import (
+    RuntimeFailure,
+    SeedFailed,
+    app_address,
+    app_address_before_start,
+    seed_database,
+)
+from orchestrator.plugin_api.types import DataSeed, RenderContext
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
     RenderedDeployment,
@@ -65,12 +71,13 @@ class BuildSteps:
             self.build_commands(event, target, config, control)
         with clock.stage("render"):
             rendered, compose_file = self.render(event, target, record, config)
+            data = self.data_seed(event, target, config, rendered)
         with ThreadPoolExecutor(1, thread_name_prefix="route") as pool:
             prepared = None
             if (address := app_address_before_start(self.c.runtime, record.exposedAppPort)) is not None:
                 prepared = pool.submit(self.prepare_route, event, target, address, route_served, control)
             try:
-                compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock)
+                compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock, data)
                 with clock.stage("health"):
                     self.wait_healthy(event, target, record, config, compose_file, control)
                 with clock.stage("route"):
@@ -82,13 +89,15 @@ class BuildSteps:
         return Built(clock.seconds, compose_file)
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
-                        compose_file: Path, control: FlowControl, clock: StageClock) -> Path:
-        """Build the images while the database and extra services start (they need no build), then start."""
+                        compose_file: Path, control: FlowControl, clock: StageClock,
+                        data: DataSeed | None = None) -> Path:
+        """Build the images while the database and extra services start (they need no build; a repository's
+        seed is restored meanwhile, when it is new), then start."""
         runtime = self.c.runtime
 
         def dependencies() -> None:
             if rendered.seed is not None:  # a new preview's database volume from a seed, where the runtime can
-                seed_database(runtime, event.deployment_id, compose_file, rendered.seed, target.log, control)
+                seed_database(runtime, event.deployment_id, compose_file, rendered.seed, target.log, control, data)
             runtime.start_dependencies(event.deployment_id, compose_file, target.log, control)
 
         with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
@@ -101,8 +110,11 @@ class BuildSteps:
             except RuntimeFailure as exc:
                 raise StepFailed(exc.message, exc.detail) from None
             finally:
-                if (failed := early.exception()) is not None:  # `start` below starts them, or says why not
-                    target.log.note(f"early start of the dependencies failed: {failed}")
+                failed = early.exception()
+                if failed is not None and not isinstance(failed, SeedFailed):  # `start` below starts them, or
+                    target.log.note(f"early start of the dependencies failed: {failed}")  # says why not
+        if isinstance(failed, SeedFailed):  # never an empty database in place of the repository's data
+            raise StepFailed(failed.message, failed.detail)
         with clock.stage("start"):
             try:
                 runtime.start(event.deployment_id, compose_file, target.log, control)
@@ -240,6 +252,28 @@ class BuildSteps:
             return rendered, write_rendered(target.work_dir, rendered)
         except OSError as exc:
             raise StepFailed(f"Work directory cannot be written: {exc.strerror}") from None
+
+    def data_seed(self, event: PullRequestEvent, target: Target, config: PreviewConfig,
+                  rendered: RenderedDeployment) -> DataSeed | None:
+        """The repository's `seed` as the runtime restores it: the dump in the checkout (a regular file, no link)
+        or the operator's snapshot of this project; StepFailed when the preview cannot have it."""
+        if config.seed is None:
+            return None
+        if rendered.seed is None or rendered.seed.restore is None:
+            where = " of a repository compose file" if rendered.repository_owned else ""
+            raise StepFailed(f"seed is not valid (the {config.database} database{where} cannot be seeded)")
+        if config.seed.file is not None:
+            path = target.work_dir / config.seed.file
+            if path.is_symlink() or not inside(target.work_dir, path) or not path.is_file():
+                raise StepFailed(f"seed.file is not valid ({config.seed.file} is not a file in the repository)")
+        else:
+            folder = self.c.settings.snapshots_path / target.slug
+            path = (folder / str(config.seed.snapshot)).resolve()
+            if not path.is_file():
+                raise StepFailed(f"seed.snapshot is not valid (the operator keeps no snapshot "
+                                 f"{config.seed.snapshot} for this repository in SNAPSHOTS_DIR/{target.slug}/)")
+        return DataSeed(repository=event.repository, source=config.seed.source, path=str(path),
+                        commands=list(config.seed.commands))
 
     def startup_before_main(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
                             compose_file: Path, control: FlowControl) -> Path:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from orchestrator.common.checkout_paths import inside
 from orchestrator.common.safe_yaml import YamlRejected, load_untrusted_yaml
@@ -18,6 +18,8 @@ VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab allowed, newlines and NUL are not
 MAX_LIST = 50
 MAX_TEXT = 4096
+# An operator's snapshot: a file name under SNAPSHOTS_DIR/{projectSlug}/, never a path.
+SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class ConfigError(Exception):
@@ -53,6 +55,52 @@ def _relative_path(value: str) -> str:
     return value
 
 
+def _checked_commands(value: list[str]) -> list[str]:
+    for command in value:
+        if "\x00" in command or len(command) > MAX_TEXT or not command.strip():
+            raise ValueError("each command must be non-empty text without NUL")
+    return value
+
+
+class SeedConfig(BaseModel):
+    """`seed`: the data every preview's database starts from — a dump in the repository (`file`) or one the
+    operator keeps (`snapshot`), and `commands` run once against it before it is frozen (docs/plugins.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    file: str | None = Field(default=None, max_length=1024)
+    snapshot: str | None = Field(default=None, max_length=128)
+    commands: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        return None if value is None else _relative_path(value)
+
+    @field_validator("snapshot")
+    @classmethod
+    def _snapshot(cls, value: str | None) -> str | None:
+        if value is not None and (not SNAPSHOT_NAME.match(value) or ".." in value):
+            raise ValueError("must be a file name (letters, digits, . _ -), not a path")
+        return value
+
+    @field_validator("commands")
+    @classmethod
+    def _commands(cls, value: list[str]) -> list[str]:
+        return _checked_commands(value)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SeedConfig:
+        if (self.file is None) == (self.snapshot is None):
+            raise ValueError("needs exactly one of `file` (a dump in the repository) and `snapshot`")
+        return self
+
+    @property
+    def source(self) -> str:
+        """`file:` or `snapshot:` and the name, as comments and listings show it."""
+        return f"file {self.file}" if self.file is not None else f"snapshot {self.snapshot}"
+
+
 class PreviewConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -68,6 +116,7 @@ class PreviewConfig(BaseModel):
     env_file: str | None = Field(default=None, max_length=1024)
     startup_commands: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     dockerfile: str | None = Field(default=None, max_length=1024)
+    seed: SeedConfig | None = None
 
     @field_validator("framework")
     @classmethod
@@ -122,10 +171,7 @@ class PreviewConfig(BaseModel):
     @field_validator("build_commands", "startup_commands")
     @classmethod
     def _commands(cls, value: list[str]) -> list[str]:
-        for command in value:
-            if "\x00" in command or len(command) > MAX_TEXT or not command.strip():
-                raise ValueError("each command must be non-empty text without NUL")
-        return value
+        return _checked_commands(value)
 
     @field_validator("env")
     @classmethod
@@ -167,7 +213,8 @@ def _problems(exc: ValidationError, known: KnownNames) -> list[str]:
     problems: list[str] = []
     for error in exc.errors(include_input=False, include_url=False):
         loc = error["loc"]
-        name = str(loc[0]) if loc else CONFIG_FILE
+        # `seed.file`, not `seed`: the nested section's field (list indexes are left out)
+        name = ".".join(str(part) for part in loc if isinstance(part, str)) if loc else CONFIG_FILE
         if error["type"] == "missing":
             message = f"{name} is required"
             if name == "framework" and known.detected:
@@ -203,7 +250,8 @@ def ensure_inside(repo_dir: Path, path: Path, label: str) -> None:
 def load_preview_config(repo_dir: Path, known: KnownNames) -> PreviewConfig:
     config = parse_preview_config(read_config_file(repo_dir), known)
     problems = []
-    for label, value in (("env_file", config.env_file), ("dockerfile", config.dockerfile)):
+    seed_file = config.seed.file if config.seed is not None else None
+    for label, value in (("env_file", config.env_file), ("dockerfile", config.dockerfile), ("seed.file", seed_file)):
         if value is None:
             continue
         target = repo_dir / value

@@ -17,7 +17,9 @@ good (their swarm node left); the service marks them failed (see `lost_previews`
 preview, PREVIEW_IDLE_MINUTES); previews of a runtime without it never sleep (see `can_sleep` below). And
 `seed_database(deployment_id, compose_file, seed, log, control)`, called before `start_dependencies` of a compose
 file generated from the plugins whose database has a DatabaseSeed: it may create the database's volume from a
-seed (see `seed_database` below); without it every database initialises itself. And `collect_garbage()`, run
+seed (see `seed_database` below); without it every database initialises itself. A runtime whose `seed_database`
+also takes `data` (a repository's `seed`, plugin_api.DataSeed) says so with `restores_seeds = True`; previews
+that declare a seed fail on any other (see `restores_seeds` below). And `collect_garbage()`, run
 every SWARM_REGISTRY_GC_INTERVAL_SECONDS, which frees what closed previews left in the runtime's storage (see
 `collect_garbage` below). And `reset_database(deployment_id, compose_file, log)`, for `/preview reset-db`: the
 `db` service's data and its and the app's containers removed, so that the next start makes the database as a new
@@ -37,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.plugin_api.checks import Check
-from orchestrator.plugin_api.types import DatabaseSeed
+from orchestrator.plugin_api.types import DatabaseSeed, DataSeed
 
 
 class RuntimeSpec(BaseModel):
@@ -181,12 +183,28 @@ def wake(runtime: Runtime, deployment_id: str, compose_file: Path, log: Deployme
     method(deployment_id, compose_file, log, control)
 
 
+class SeedFailed(RuntimeFailure):
+    """A repository's seed could not be restored or copied: the deploy fails (its database never starts empty in
+    its place); `detail` holds the database's own error lines."""
+
+
+def restores_seeds(runtime: Runtime) -> bool:
+    """Whether `runtime` restores a repository's seed (preview-config.yml `seed`) into its previews' databases."""
+    return getattr(runtime, "restores_seeds", False) is True
+
+
 def seed_database(runtime: Runtime, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
-                  control: FlowControl) -> None:
+                  control: FlowControl, data: DataSeed | None = None) -> None:
     """Let the runtime create a new deployment's database volume from a seed (plugin_api.DatabaseSeed), if it
-    can. Never raises for a seed it could not use: the database then initialises itself, as without one."""
+    can. Without `data`, never raises for a seed it could not use: the database then initialises itself, as without
+    one. With `data` (the repository's own seed), the volume holds that data or SeedFailed says why not; an
+    existing volume made from other data (the seed changed) is replaced."""
     method = getattr(runtime, "seed_database", None)
-    if method is not None:
+    if data is not None:
+        if method is None or not restores_seeds(runtime):
+            raise SeedFailed(f"The {runtime.name} runtime cannot restore a database seed")
+        method(deployment_id, compose_file, seed, log, control, data=data)
+    elif method is not None:
         method(deployment_id, compose_file, seed, log, control)
 
 

@@ -160,6 +160,50 @@ def database_app_env(scheme: str, connection: str, port: int, user: str, passwor
 SEED_MOUNT = "/po-seed"  # where DatabaseSeed.command finds the seed (read only)
 
 
+SEED_INPUT = "/po-seed-input"  # where SeedRestore.formats find the dump (read only)
+
+
+class SeedRestore(BaseModel):
+    """How a repository's data (preview-config.yml `seed`) is restored into a seed, once per image, dump and
+    commands: in the seed's container (the image with DatabaseSeed.environment, no network), once `ready`
+    succeeds, `formats[suffix]` runs with the dump's path under SEED_INPUT appended, for the longest suffix the
+    dump's name ends with; then each of the repository's `commands` runs in `sh -c` with DATABASE_URL=`url`
+    (the seed's own data, on 127.0.0.1). Their lines with ERROR, FATAL or error are what a failure shows."""
+
+    model_config = ConfigDict(frozen=True)
+
+    formats: dict[str, list[str]] = Field(min_length=1, description="Dump name suffix -> command")
+    url: str = Field(description="DATABASE_URL of the seed's data inside its own container")
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for suffix, argv in value.items():
+            if not re.match(r"^(?:\.[a-z0-9]{1,10}){1,3}$", suffix) or not argv:
+                raise ValueError(f"{suffix[:20]!r}: a suffix like .sql or .sql.gz, and a command")
+        return value
+
+    def command_for(self, name: str) -> tuple[str, list[str]] | None:
+        """The suffix and command for a dump named `name`; None when no format takes it."""
+        matching = [suffix for suffix in self.formats if name.lower().endswith(suffix)]
+        if not matching:
+            return None
+        suffix = max(matching, key=len)
+        return suffix, self.formats[suffix]
+
+
+class DataSeed(BaseModel):
+    """A repository's seed as the flows hand it to a runtime: the dump on this host (`path`, in the checkout or the
+    operator's SNAPSHOTS_DIR, checked to be a regular file there) and the commands run once against it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repository: str = Field(description="The repository's identity: a seed is never shared between repositories")
+    source: str = Field(description="What the comment and listings call it: `file seeds/demo.sql`")
+    path: str
+    commands: list[str] = Field(default_factory=list)
+
+
 class DatabaseSeed(BaseModel):
     """How a new preview's database skips its first start (initdb and the like): once per image, the service
     runs the image with `environment` until `ready` succeeds, then stops it — a clean data directory, the
@@ -177,6 +221,7 @@ class DatabaseSeed(BaseModel):
     ready: list[str] = Field(min_length=1, description="Run in the seed's container; exit 0 once it is ready")
     command: list[str] = Field(min_length=1)
     script: SecretStr = Field(description="Standard input of `command`")
+    restore: SeedRestore | None = Field(default=None, description="None: repositories cannot declare a `seed`")
 
 
 class DatabaseWiring(BaseModel):

@@ -21,8 +21,11 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
-from orchestrator.plugin_api import DatabaseSeed, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api import DatabaseSeed, DataSeed, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api.checks import Check
+from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
+from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
 from orchestrator.runtime.database_seeds import (
     COMPOSE_PROJECT_LABEL,
     COMPOSE_VOLUME_LABEL,
@@ -50,8 +53,10 @@ def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
     if name != NAME:
         return None
     env = HostEnv.for_state_dir(settings.state_dir)
-    seeds = DatabaseSeeds(env, settings.state_dir, DockerResources(env)) if settings.database_seeds else None
-    return ComposeRuntime(settings.compose_timeout_seconds, env, seeds)
+    docker = DockerResources(env)
+    data = DataSeeds(env, settings.state_dir, docker, int(settings.seed_cache_gb * 2**30), settings.cleanup_ttl_days)
+    return ComposeRuntime(settings.compose_timeout_seconds, env, DatabaseSeeds(env, settings.state_dir, docker),
+                          settings.database_seeds, data)
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class SeedCopy:
     volume: str
     key: str
     began: float
-    filling: Future[bool]
+    filling: Future[bool]  # a repository's seed's copy raises SeedFailed rather than answer False
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,15 @@ class Seeding:
 class ComposeRuntime:
     name = NAME
 
-    def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None) -> None:
+    restores_seeds = True  # a repository's `seed` (data_seeds.py)
+
+    def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds, empty_seeds: bool = True,
+                 data_seeds: DataSeeds | None = None) -> None:
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
-        self.seeds = seeds
+        self.copies = seeds  # copies of seeds, empty or a repository's
+        self.seeds = seeds if empty_seeds else None  # the empty seeds of DATABASE_SEEDS
+        self.data_seeds = data_seeds
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
         # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
         # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
@@ -105,10 +115,15 @@ class ComposeRuntime:
                 return self.docker.image_command(image)
 
     def seed_database(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
-                      control: FlowControl) -> None:
+                      control: FlowControl, data: DataSeed | None = None) -> None:
         """Before `start_dependencies`: a new deployment's database volume is created and a copy of the seed of
         its image (database_seeds.py), when there is one, starts filling it while compose creates the containers;
-        a volume that exists (an update) is never touched, unless it is a copy a crash interrupted."""
+        a volume that exists (an update) is never touched, unless it is a copy a crash interrupted. With `data`
+        (the repository's seed), the seed is that data (restored first if needed), and an existing volume made
+        from other data is replaced."""
+        if data is not None:
+            self._seed_from_data(deployment_id, compose_file, seed, data, log, control)
+            return
         if self.seeds is None:
             return
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
@@ -143,6 +158,79 @@ class ComposeRuntime:
         elif not self.seeds.ready(key):
             with self._lock:
                 self._seeding[deployment_id] = Seeding(unseeded=(str(image), image_id, key, seed))
+
+    def _seed_from_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
+                        log: DeploymentLog, control: FlowControl) -> None:
+        """The repository's seed restored (once: data_seeds.py), and a copy of it filling the database's volume
+        while compose creates the containers; SeedFailed when it cannot be (never an empty database instead)."""
+        if self.data_seeds is None:
+            raise SeedFailed("The compose runtime cannot restore a database seed")
+        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+        volume = (document.get("volumes") or {}).get(seed.volume)
+        image = ((document.get("services") or {}).get("db") or {}).get("image")
+        if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
+            raise SeedFailed("The database cannot be seeded",
+                             f"the db service has no volume {seed.volume} of its own to hold the seed")
+        name = volume_name(deployment_id, seed.volume, volume)
+        image_id = self._image_id(deployment_id, compose_file, str(image), log, control)
+        key = self.data_seeds.prepare(str(image), image_id, seed, data, log, control)
+        with _failure("The database seed could not be copied", SeedFailed):
+            exists = self.docker.volume_exists(name)
+            if exists and not self.copies.interrupted(name):
+                if self._label(name, FROM_SEED_LABEL) == key:  # an update: the database keeps its own data
+                    with self._lock:
+                        self._seeding[deployment_id] = Seeding(existing=True)
+                    return
+                log.note(f"{name} was not made from seed {key} ({data.source} or its commands changed): the "
+                         "database starts from the seed")
+        if exists:
+            self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
+        labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
+                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: key}
+        source = self.data_seeds.volume(key)
+        if not self.copies.create_volume(name, labels, key, log, source=source):
+            raise SeedFailed("The database seed could not be copied",
+                             f"{name} could not be created, or seed {key} is gone from the engine")
+
+        def fill() -> bool:
+            with self.data_seeds.in_use(key) as present:  # eviction leaves a seed a copy reads
+                if not present:
+                    raise SeedFailed("The database seed could not be copied", f"seed {key} was removed meanwhile")
+                return self.copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
+
+        copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(fill))
+        with self._lock:
+            self._seeding[deployment_id] = Seeding(copy=copy)
+
+    def _image_id(self, deployment_id: str, compose_file: Path, image: str, log: DeploymentLog,
+                  control: FlowControl) -> str:
+        """The id of the database's image, pulled first when the engine does not have it."""
+        with _failure("The database seed could not be restored", SeedFailed):
+            try:
+                return self.docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip()
+            except CommandFailed:
+                self.compose.pull(deployment_id, compose_file, "db", log, control)
+                return self.docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip()
+
+    def _label(self, volume: str, label: str) -> str:
+        return self.docker.command(["volume", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}',
+                                    volume]).strip()
+
+    def collect_garbage(self) -> list[str] | None:
+        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed (Runtime's optional
+        `collect_garbage`); None when none was."""
+        return (self.data_seeds.evict() or None) if self.data_seeds is not None else None
+
+    def checks(self) -> list[Check]:
+        """doctor's line of the repositories' seeds this runtime keeps (Runtime's optional `checks`)."""
+        if self.data_seeds is None:
+            return []
+        seeds = self.data_seeds.listed()
+        size = sum(seed.size_bytes for seed in seeds)
+        return [Check("database seeds", True, f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, "
+                                              f"{size / 2**30:.2f} GB of SEED_CACHE_GB "
+                                              f"{self.data_seeds.cache_bytes / 2**30:.0f} GB "
+                                              "(preview-orchestrator seeds)")]
 
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:
@@ -227,7 +315,7 @@ class ComposeRuntime:
             held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
                     if c.service in services or c.service.lstrip("/") == copy_container(deployment_id)]
             self.docker.remove(held, log)
-        if self.seeds is not None and not self.seeds.discard_volume(volume):
+        if not self.copies.discard_volume(volume):
             raise RuntimeFailure("The database and extra services failed to start",
                                  f"{volume} holds part of a database seed's copy and could not be removed")
 
@@ -394,11 +482,11 @@ def _services(compose_file: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _failure(message: str) -> Iterator[None]:
-    """CommandFailed of a step becomes the runtime's RuntimeFailure, with the command's last lines."""
+def _failure(message: str, kind: type[RuntimeFailure] = RuntimeFailure) -> Iterator[None]:
+    """CommandFailed of a step becomes the runtime's RuntimeFailure (or `kind`), with the command's last lines."""
     try:
         yield
     except CommandFailed as exc:
-        raise RuntimeFailure(message, exc.tail()) from None
+        raise kind(message, exc.tail()) from None
     except OSError as exc:  # docker missing, or not executable
-        raise RuntimeFailure(message, str(exc)) from None
+        raise kind(message, str(exc)) from None

@@ -28,8 +28,10 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
+from orchestrator.runtime.data_seeds import error_lines
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -89,14 +91,19 @@ class DatabaseSeeds:
     def _label(self, volume: str) -> str:
         return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{COPY_LABEL}"}}}}', volume]).strip()
 
-    def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog) -> bool:
-        """Create the empty volume `volume`, with the labels compose would give it, for a copy of the seed `key`;
-        False (nothing created) when the seed is gone from the engine (it is made again after this deploy) or the
-        volume turns out to exist (`volume create` of an existing name succeeds: a nonce label tells)."""
+    def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog,
+                      source: str | None = None) -> bool:
+        """Create the empty volume `volume`, with the labels compose would give it, for a copy of the seed `key`
+        (or of the volume `source`, a repository's seed); False (nothing created) when the seed is gone from the
+        engine (it is made again after this deploy) or the volume turns out to exist (`volume create` of an
+        existing name succeeds: a nonce label tells)."""
         try:
-            present = self._engine.volume_exists(self.volume(key))
+            present = self._engine.volume_exists(source or self.volume(key))
         except CommandFailed as exc:
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
+            return False
+        if not present and source is not None:
+            log_to.note(f"database seed {key} is gone from the engine")
             return False
         if not present:  # `docker volume prune`
             log_to.note(f"database seed {key} is gone from the engine; the database initialises itself")
@@ -118,22 +125,26 @@ class DatabaseSeeds:
         return True
 
     def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
-             log_to: DeploymentLog, control: FlowControl) -> bool:
+             log_to: DeploymentLog, control: FlowControl, source: str | None = None) -> bool:
         """Fill `volume` with a copy of the seed `key`, made this preview's by the plugin's command. False when
         it failed (its container removed): the volume may hold part of a copy, and the caller removes it (compose
-        then creates it empty and the database initialises itself as without a seed)."""
+        then creates it empty and the database initialises itself as without a seed). `source`: the volume of a
+        repository's data seed (data_seeds.py) to copy instead; its failure is the caller's to report."""
         name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none",
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
                           "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",
-                          "--mount", f"type=volume,source={self.volume(key)},target={SEED_MOUNT},readonly",
+                          "--mount", f"type=volume,source={source or self.volume(key)},target={SEED_MOUNT},readonly",
                           "--mount", f"type=volume,source={volume},target={seed.path}",
                           "--entrypoint", seed.command[0], image_id, *seed.command[1:]],
                          timeout=COPY_TIMEOUT, log_to=log_to, control=control,
                          stdin=seed.script.get_secret_value().encode())
         except CommandFailed as exc:
             self._quietly(["rm", "--force", name])
+            if source is not None:  # a repository's seed: the deploy fails with the database's own lines
+                lines = error_lines(exc.output) or exc.tail(5).splitlines()
+                raise SeedFailed("The database seed could not be copied", "\n".join(lines)) from None
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
             if exc.returncode not in (None, 125):  # the plugin's command failed, not docker or the clock
                 # Not tried again by this process (an image without what the command needs would fail every

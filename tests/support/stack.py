@@ -14,6 +14,7 @@ import httpx
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo
@@ -185,13 +186,14 @@ def remove_seeds(state_dir: Path) -> None:
     previews, under its state directory's marker; a seed being made when it stopped has a container too): a
     stack takes them along, or every test run would leave ~50 MB per stack on the engine."""
     marker = HostEnv.for_state_dir(state_dir).marker
-    filters = ["--filter", f"label={OWNER_LABEL}={marker}", "--filter", f"label={SEED_LABEL}"]
-    for listing, removal in ((["ps", "-aq"], ["rm", "--force", "--volumes"]),
-                             (["volume", "ls", "-q"], ["volume", "rm", "--force"])):
-        found = subprocess.run(["docker", *listing, *filters], capture_output=True, text=True, timeout=60,
-                               check=True).stdout.split()
-        if found:
-            subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=True)
+    for label in (SEED_LABEL, DATA_SEED_LABEL):  # the empty seeds of images, and the repositories' seeds
+        filters = ["--filter", f"label={OWNER_LABEL}={marker}", "--filter", f"label={label}"]
+        for listing, removal in ((["ps", "-aq"], ["rm", "--force", "--volumes"]),
+                                 (["volume", "ls", "-q"], ["volume", "rm", "--force"])):
+            found = subprocess.run(["docker", *listing, *filters], capture_output=True, text=True, timeout=60,
+                                   check=True).stdout.split()
+            if found:
+                subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=True)
 
 
 def built_images(deployment_id: str) -> list[str]:

@@ -1,0 +1,345 @@
+"""A repository's seed (preview-config.yml `seed`) on this host's Docker engine: its dump restored once per
+(database image, dump content, commands, repository) into a data directory of its own — a *data seed* — that
+every new preview's database volume then starts as a copy of (database_seeds.py copies it as it copies an empty
+seed). Restoring a large dump takes minutes; a copy takes as long as copying the files.
+
+Everything a restore runs comes from a pull request (the dump, the commands, what the SQL does), so it runs in a
+container of the database's image with no network, the bounds of a preview's container, nothing of the host or
+the service in its environment, and the dump mounted read only from a copy the service made (never the
+checkout's path, which a link could turn elsewhere). A seed is keyed by the repository's identity as well as its
+content: two repositories with the same dump never share one, and nothing names another repository's seed (the
+preview's containers never mount a seed; the copy runs in a container of the service).
+
+Seeds are bounded by SEED_CACHE_GB (the least recently used go first) and removed when unused for
+CLEANUP_TTL_DAYS; `<state dir>/database-seeds/data/<key>.json` says what each holds (`preview-orchestrator
+seeds`). Its file's time is when a preview last started from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from orchestrator.adapters.commands import CommandFailed, DeploymentLog
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.labels import OWNER_LABEL
+from orchestrator.plugin_api.runtime import SeedFailed
+from orchestrator.plugin_api.types import SEED_INPUT, DatabaseSeed, DataSeed
+from orchestrator.runtime.compose_cli import DockerResources
+
+log = logging.getLogger("orchestrator.runtime.seeds")
+
+DATA_SEED_LABEL = "dev.preview-orchestrator.data-seed"  # on a data seed's volume: the repository it belongs to
+FROM_SEED_LABEL = "dev.preview-orchestrator.from-seed"  # on a preview's volume copied from a data seed: its key
+RESTORE_TIMEOUT = 3600.0
+COMMAND_TIMEOUT = 1800.0
+READY_TIMEOUT = 300.0
+READY_PAUSE = 0.2
+# A restore is the service's work for one repository: more than a preview's half core, still bounded.
+BOUNDS = ["--cpus", "1", "--memory", "1g", "--pids-limit", "1024", "--cap-drop", "NET_RAW",
+          "--security-opt", "no-new-privileges", "--log-driver", "json-file", "--log-opt", "max-size=10m"]
+ERROR_WORDS = re.compile(r"\b(ERROR|FATAL|PANIC|error)\b[:\s]")
+MAX_ERROR_LINES = 10
+CHUNK = 1024 * 1024
+WORKDIR = "/tmp"  # noqa: S108 - the seed container's own /tmp, where its commands start
+
+
+@dataclass(frozen=True)
+class SeedInfo:
+    """One data seed, as `<state dir>/database-seeds/data/<key>.json` and its file's time say."""
+
+    key: str
+    repository: str
+    source: str
+    image: str
+    size_bytes: int
+    made_at: float
+    seconds: float
+    used_at: float
+
+
+class DataSeeds:
+    def __init__(self, env: HostEnv, state_dir: Path, docker: DockerResources, cache_bytes: int,
+                 unused_days: int) -> None:
+        self._env = env
+        self._engine = docker
+        self._dir = state_dir / "database-seeds" / "data"
+        self._inputs = state_dir / "database-seeds" / "input"
+        self.cache_bytes = cache_bytes
+        self._unused_seconds = unused_days * 86400
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Lock] = {}
+        self._in_use: dict[str, int] = {}
+        self._digests: dict[tuple[str, int, int, int, int], str] = {}  # (path, dev, inode, size, mtime) -> sha256
+
+    def volume(self, key: str) -> str:
+        return f"po-data-{self._env.marker[:12]}-{key}"
+
+    def _docker(self, argv: list[str], timeout: float = 60, log_to: DeploymentLog | None = None,
+                control: FlowControl | None = None) -> str:
+        return self._engine.command(argv, log_to, timeout, control)
+
+    # -- making --------------------------------------------------------------------------------------------------
+
+    def prepare(self, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, log_to: DeploymentLog,
+                control: FlowControl) -> str:
+        """The key of the data seed of `data` for `image`, restored now unless it is ready (one restore of a seed at
+        a time: a second deploy that needs it waits for the first). SeedFailed with the database's error lines."""
+        if seed.restore is None:
+            raise SeedFailed("The database cannot be seeded", "its plugin gives no way to restore a dump")
+        path = Path(data.path)
+        found = seed.restore.command_for(path.name)
+        if found is None:
+            raise SeedFailed("The database seed could not be restored",
+                             f"{data.source}: not a format this database restores "
+                             f"({', '.join(sorted(seed.restore.formats))})")
+        suffix, restore = found
+        key = seed_key(image_id, seed, data, suffix, restore, self._digest(path))
+        with self._lock:
+            making = self._making.setdefault(key, threading.Lock())
+        with making:  # never two restores of one seed; the second finds it ready
+            if self.ready(key):
+                log_to.note(f"database seed {key} ({data.source}) is ready")
+                os.utime(self._dir / f"{key}.json")  # the most recently used: eviction takes it last
+                return key
+            self._make(key, image, image_id, seed, data, path, suffix, restore, log_to, control)
+        return key
+
+    def ready(self, key: str) -> bool:
+        return (self._dir / f"{key}.json").is_file()
+
+    def _digest(self, path: Path) -> str:
+        """sha256 of the dump (remembered while the file is unchanged); SeedFailed unless it is a regular file."""
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except OSError as exc:
+            raise SeedFailed("The database seed could not be restored", f"{path.name}: {exc.strerror}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise SeedFailed("The database seed could not be restored", f"{path.name} is not a regular file")
+        known = (str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        with self._lock:
+            if known in self._digests:
+                return self._digests[known]
+        digest = hashlib.sha256()
+        with self._open(path) as source:
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+        with self._lock:
+            self._digests[known] = digest.hexdigest()
+        return digest.hexdigest()
+
+    @contextmanager
+    def _open(self, path: Path) -> Iterator[BinaryIO]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise SeedFailed("The database seed could not be restored", f"{path.name}: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as source:
+            yield source
+
+    def _stage(self, path: Path, key: str, suffix: str) -> Path:
+        """A copy of the dump the service owns, for the restore to mount: the checkout's file could be replaced by
+        a link between the checks and the mount."""
+        self._inputs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        staged = self._inputs / f"{key}{suffix}"
+        with self._open(path) as source, open(staged, "wb") as target:
+            while chunk := source.read(CHUNK):
+                target.write(chunk)
+        staged.chmod(0o644)  # read by the database's own user in the container
+        return staged
+
+    def _make(self, key: str, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, path: Path,
+              suffix: str, restore: list[str], log_to: DeploymentLog, control: FlowControl) -> None:
+        assert seed.restore is not None
+        name = self.volume(key)
+        started = time.monotonic()
+        log_to.note(f"database seed {key}: restoring {data.source}")
+        staged = self._stage(path, key, suffix)
+        try:
+            self._quietly(["rm", "--force", "--volumes", name])  # what an interrupted restore left
+            self._quietly(["volume", "rm", "--force", name])
+            labels = {DATA_SEED_LABEL: data.repository, OWNER_LABEL: self._env.marker}
+            label_args = [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
+            self._docker(["volume", "create", *label_args, name], log_to=log_to)
+            environment = [arg for pair in sorted(seed.environment.items()) for arg in ("--env", "=".join(pair))]
+            dump = f"{SEED_INPUT}/dump{suffix}"
+            self._docker(["run", "--detach", "--name", name, "--network", "none", *BOUNDS, *label_args,
+                          "--mount", f"type=volume,source={name},target={seed.path}",
+                          "--mount", f"type=bind,source={staged},target={dump},readonly",
+                          *environment, image_id], log_to=log_to)
+            self._wait_ready(name, seed, control)
+            self._run(name, [], [*restore, dump], RESTORE_TIMEOUT, f"restoring {data.source}", log_to, control)
+            for number, command in enumerate(data.commands, start=1):
+                self._run(name, ["--env", f"DATABASE_URL={seed.restore.url}", "--workdir", "/tmp"],  # noqa: S108 - in the container
+                          ["sh", "-c", command], COMMAND_TIMEOUT, f"seed command {number}", log_to, control)
+            size = int(self._docker(["exec", name, "du", "-sk", seed.path]).split()[0]) * 1024
+            self._docker(["stop", "--time", "60", name], timeout=120)  # a clean shutdown: a copy needs no recovery
+            self._docker(["rm", name])
+        except CommandFailed as exc:
+            self._discard(name)
+            raise SeedFailed("The database seed could not be restored", f"docker: {exc.tail(5)}") from None
+        except BaseException:
+            self._discard(name)
+            raise
+        finally:
+            staged.unlink(missing_ok=True)
+        seconds = time.monotonic() - started
+        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        marker = self._dir / f"{key}.json"
+        partial = marker.with_suffix(".partial")
+        partial.write_text(json.dumps({"key": key, "repository": data.repository, "source": data.source,
+                                       "image": image, "sizeBytes": size, "madeAt": time.time(),
+                                       "seconds": round(seconds, 2)}))
+        partial.replace(marker)
+        log_to.note(f"database seed {key} restored in {seconds:.1f}s ({size / 2**20:.0f} MB)")
+        log.info("data seed %s of %s (%s) restored in %.1fs", key, data.repository, data.source, seconds)
+        self.evict(keep=key)
+
+    def _wait_ready(self, name: str, seed: DatabaseSeed, control: FlowControl) -> None:
+        started = time.monotonic()
+        while True:
+            try:
+                self._docker(["exec", name, *seed.ready], timeout=30)
+                return
+            except CommandFailed:
+                state = json.loads(self._docker(["container", "inspect", "--format", "{{json .State}}", name]))
+                if state.get("Status") != "running":
+                    raise SeedFailed("The database seed could not be restored",
+                                     f"the database exited with code {state.get('ExitCode')} before it was "
+                                     f"ready:\n{self._logs(name)}") from None
+                if time.monotonic() - started > READY_TIMEOUT:
+                    raise SeedFailed("The database seed could not be restored",
+                                     f"the database was not ready after {READY_TIMEOUT:.0f}s") from None
+            control.wait(READY_PAUSE)
+            control.check()
+
+    def _run(self, name: str, options: list[str], argv: list[str], timeout: float, what: str,
+             log_to: DeploymentLog, control: FlowControl) -> None:
+        """`docker exec` in the seed's container; SeedFailed with the lines of its output that say what failed
+        (never the whole output: a restore prints a line per statement)."""
+        try:
+            self._docker(["exec", *options, name, *argv], timeout=timeout, control=control)
+        except CommandFailed as exc:
+            if exc.timed_out:
+                raise SeedFailed("The database seed could not be restored", f"{what}: timed out") from None
+            lines = error_lines(exc.output) or exc.tail(5).splitlines()
+            log_to.note(f"{what} failed (exit {exc.returncode})")
+            raise SeedFailed("The database seed could not be restored",
+                             "\n".join([f"{what} exited with code {exc.returncode}:", *lines])) from None
+
+    def _logs(self, name: str) -> str:
+        try:
+            return "\n".join(self._docker(["logs", "--tail", "20", name]).splitlines()[-20:])
+        except CommandFailed:
+            return ""
+
+    # -- copies --------------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def in_use(self, key: str) -> Iterator[bool]:
+        """While a copy reads the seed `key`, eviction leaves it; yields whether it is (still) there."""
+        with self._lock:
+            present = self.ready(key)
+            if present:
+                self._in_use[key] = self._in_use.get(key, 0) + 1
+        try:
+            if present:
+                os.utime(self._dir / f"{key}.json")  # its last use, for eviction
+            yield present
+        finally:
+            if present:
+                with self._lock:
+                    self._in_use[key] -= 1
+                    if not self._in_use[key]:
+                        del self._in_use[key]
+
+    # -- bounds --------------------------------------------------------------------------------------------------
+
+    def listed(self) -> list[SeedInfo]:
+        return listed_seeds(self._dir.parent.parent)
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Remove the least recently used seeds beyond SEED_CACHE_GB, and any unused for CLEANUP_TTL_DAYS; never
+        `keep` (just made) or one a copy reads now. The keys removed."""
+        removed, total = [], 0
+        now = time.time()
+        for seed in self.listed():  # most recent first: what is over the bound is the oldest
+            total += seed.size_bytes
+            stale = self._unused_seconds and now - seed.used_at > self._unused_seconds
+            if seed.key == keep or (total <= self.cache_bytes and not stale):
+                continue
+            if self.remove(seed.key):
+                total -= seed.size_bytes
+                removed.append(seed.key)
+        return removed
+
+    def remove(self, key: str) -> bool:
+        """Remove the seed `key` unless a copy reads it; False when it stays."""
+        with self._lock:
+            if key in self._in_use or (self._making.get(key) is not None and self._making[key].locked()):
+                return False
+            (self._dir / f"{key}.json").unlink(missing_ok=True)  # no copy starts from it from here on
+        try:
+            self._docker(["volume", "rm", "--force", self.volume(key)], timeout=120)
+        except CommandFailed as exc:
+            log.warning("data seed %s: its volume could not be removed: %s", key, exc)
+        log.info("data seed %s removed", key)
+        return True
+
+    def _discard(self, name: str) -> None:
+        self._quietly(["rm", "--force", "--volumes", name])
+        self._quietly(["volume", "rm", "--force", name])
+
+    def _quietly(self, argv: list[str]) -> None:
+        try:
+            self._docker(argv, timeout=120)
+        except CommandFailed:
+            pass
+
+
+def listed_seeds(state_dir: Path) -> list[SeedInfo]:
+    """Every data seed the service with `state_dir` keeps, most recently used first."""
+    directory = state_dir / "database-seeds" / "data"
+    found = []
+    for marker in directory.glob("*.json") if directory.is_dir() else []:
+        try:
+            raw = json.loads(marker.read_text())
+            found.append(SeedInfo(key=str(raw["key"]), repository=str(raw["repository"]), source=str(raw["source"]),
+                                  image=str(raw["image"]), size_bytes=int(raw["sizeBytes"]),
+                                  made_at=float(raw["madeAt"]), seconds=float(raw["seconds"]),
+                                  used_at=marker.stat().st_mtime))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(found, key=lambda seed: seed.used_at, reverse=True)
+
+
+def seed_key(image_id: str, seed: DatabaseSeed, data: DataSeed, suffix: str, restore: list[str],
+             digest: str) -> str:
+    """What a data seed is: the image (by id) and the plugin's recipe, the repository (never shared between two),
+    the dump's content and format, and the commands run on it."""
+    recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready,
+              "restore": restore, "suffix": suffix, "repository": data.repository, "content": digest,
+              "commands": data.commands}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def error_lines(output: str) -> list[str]:
+    """The lines of a database tool's output that say what failed, from the error word on (psql prefixes its own
+    `psql:FILE:LINE: `), at most MAX_ERROR_LINES."""
+    found = []
+    for line in output.splitlines():
+        if match := ERROR_WORDS.search(line):
+            found.append(line[match.start():].strip()[:300])
+    return found[:MAX_ERROR_LINES]

@@ -1,0 +1,281 @@
+"""A repository's seed (preview-config.yml `seed`, runtime/data_seeds.py): its dump restored once, every preview
+starting from its own copy.
+
+Without the engine: the `seed` section's checks, which dump a database restores with what, the error lines a
+failure shows, what a seed is keyed by, and eviction. With it (real PostgreSQL stand-in, Docker, nginx, the
+service under uvicorn): a repository's dump and an operator's snapshot with anonymising commands, two previews
+writing to their copies unseen by each other, a push that changes the dump, reset-db, a broken dump's error line
+in the comment, eviction at the size bound, and a second repository with the same dump getting its own seed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from databases import postgres
+from orchestrator.adapters.commands import CommandFailed
+from orchestrator.adapters.host_env import HostEnv
+from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, parse_preview_config
+from orchestrator.plugin_api.types import DataSeed
+from orchestrator.rendering.compose_file import make_context
+from orchestrator.runtime.data_seeds import DataSeeds, error_lines, seed_key
+from tests.support.git_repos import PullRequestRepo, make_pr_repo
+from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
+
+PROJECT = Path(__file__).resolve().parent.parent
+KNOWN = KnownNames(frameworks=frozenset({"go"}), databases=frozenset({"postgres"}), services=frozenset())
+BASE = {"framework": "go", "database": "postgres", "health_check_path": "/health", "app_port": 8080,
+        "app_port_env": "PORT", "app_entrypoint": "/app/server"}
+DUMP_A = "CREATE TABLE products (id int PRIMARY KEY, name text);\n" \
+         "INSERT INTO products SELECT g, 'product ' || g FROM generate_series(1, 500) g;\n"
+DUMP_B = "CREATE TABLE products (id int PRIMARY KEY, name text);\n" \
+         "INSERT INTO products SELECT g, 'v2 product ' || g FROM generate_series(1, 700) g;\n"
+BROKEN = "CREATE TABLE products (id int PRIMARY KEY, name text);\nINSERT INTO products VALUES (1, 'a'\n;\n"
+SNAPSHOT = "CREATE TABLE users (id int PRIMARY KEY, email text);\n" \
+           "INSERT INTO users VALUES (1, 'alice@real.example'), (2, 'bob@real.example');\n"
+ANONYMISE = "psql \"$DATABASE_URL\" -v ON_ERROR_STOP=1 -c \"UPDATE users SET email = 'user' || id || '@example.test'\""
+
+
+def seed_config(seed: object) -> object:
+    try:
+        return parse_preview_config({**BASE, "seed": seed}, KNOWN).seed
+    except ConfigError as exc:
+        return exc.problems
+
+
+def test_the_seed_section_takes_a_file_or_a_snapshot_and_says_what_is_wrong() -> None:
+    assert seed_config({"file": "seeds/demo.sql", "commands": ["echo ok"]}).file == "seeds/demo.sql"  # type: ignore[union-attr]
+    assert seed_config({"snapshot": "nightly.dump"}).source == "snapshot nightly.dump"  # type: ignore[union-attr]
+    assert seed_config({}) == ["seed is not valid (needs exactly one of `file` (a dump in the repository) and "
+                               "`snapshot`)"]
+    assert seed_config({"file": "a.sql", "snapshot": "b.sql"}) == seed_config({})
+    assert seed_config({"file": "../other/seed.sql"}) == ["seed.file is not valid (must be a relative path inside "
+                                                          "the repository)"]
+    assert seed_config({"snapshot": "../acme-other/nightly.sql"})[0].startswith("seed.snapshot is not valid")  # type: ignore[index]
+    assert seed_config({"snapshot": "nightly.sql", "commands": [""]})[0].startswith("seed.commands is not valid")  # type: ignore[index]
+    assert seed_config({"file": "a.sql", "url": "x"}) == ["seed.url is not a known field"]
+
+
+def test_postgres_restores_sql_gzipped_sql_and_custom_dumps_by_the_longest_suffix() -> None:
+    wiring = postgres.po_database(database="postgres", context=make_context("acme", "shop", 7, 8001, 9001, b"k"))
+    assert wiring is not None and wiring.seed is not None and wiring.seed.restore is not None
+    restore = wiring.seed.restore
+    assert restore.command_for("demo.sql")[0] == ".sql"  # type: ignore[index]
+    assert restore.command_for("demo.SQL.gz")[0] == ".sql.gz"  # type: ignore[index]
+    assert restore.command_for("nightly.dump")[1][0] == "pg_restore"  # type: ignore[index]
+    assert restore.command_for("demo.csv") is None
+    assert "ON_ERROR_STOP=1" in restore.formats[".sql"]
+    assert restore.url.endswith(f"@127.0.0.1:{postgres.PORT}/{postgres.SEED_DATABASE}")
+
+
+def test_error_lines_start_at_the_database_s_own_word() -> None:
+    output = ("SET\nCREATE TABLE\npsql:/po-seed-input/dump.sql:3: ERROR:  syntax error at or near \";\"\n"
+              "LINE 3: ;\n        ^\n")
+    assert error_lines(output) == ['ERROR:  syntax error at or near ";"']
+    assert error_lines("all fine\n") == []
+
+
+def test_a_seed_is_keyed_by_its_repository_content_commands_and_image() -> None:
+    wiring = postgres.po_database(database="postgres", context=make_context("acme", "shop", 7, 8001, 9001, b"k"))
+    assert wiring is not None and wiring.seed is not None
+    seed = wiring.seed
+
+    def key(repository: str = "github/acme/shop", digest: str = "d1", commands: tuple[str, ...] = (),
+            image: str = "sha256:1") -> str:
+        data = DataSeed(repository=repository, source="file a.sql", path="/x/a.sql", commands=list(commands))
+        return seed_key(image, seed, data, ".sql", ["psql"], digest)
+
+    first = key()
+    assert first == key()
+    assert len({first, key(repository="github/acme-shop/x"), key(digest="d2"), key(commands=("anonymise",)),
+                key(image="sha256:2")}) == 5
+
+
+class FakeEngine:
+    """The one docker call eviction makes (`volume rm`), recorded; a volume held by a container is refused."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.held: set[str] = set()
+
+    def command(self, argv: list[str], *_: object) -> str:
+        if argv[:2] == ["volume", "rm"]:
+            if argv[-1] in self.held:
+                raise CommandFailed(argv, 1, "volume is in use")
+            self.removed.append(argv[-1])
+        return ""
+
+
+def write_marker(seeds: DataSeeds, directory: Path, key: str, size: int, used: float) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / f"{key}.json"
+    marker.write_text(json.dumps({"key": key, "repository": "github/acme/shop", "source": "file a.sql",
+                                  "image": "postgres:16", "sizeBytes": size, "madeAt": used, "seconds": 1.0}))
+    os.utime(marker, (used, used))
+
+
+def test_eviction_removes_the_least_recently_used_beyond_the_bound_never_one_in_use(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    seeds = DataSeeds(HostEnv.for_state_dir(tmp_path), tmp_path, engine, cache_bytes=250, unused_days=7)  # type: ignore[arg-type]
+    markers = tmp_path / "database-seeds" / "data"
+    now = time.time()
+    for key, age in (("new", 0), ("mid", 60), ("old", 120), ("older", 180)):
+        write_marker(seeds, markers, key, 100, now - age)
+    with seeds.in_use("older"):
+        assert [s.key for s in seeds.listed()][0] == "older"  # a copy's start is a use: the most recent
+        os.utime(markers / "older.json", (now - 180, now - 180))  # (made the least recent again, for the test)
+        assert seeds.evict(keep="new") == ["old"]  # new+mid fit in 250; old goes; older is being copied
+    assert engine.removed == [seeds.volume("old")]
+    assert [s.key for s in seeds.listed()] == ["new", "mid", "older"]
+    write_marker(seeds, markers, "stale", 1, now - 8 * 86400)
+    assert seeds.evict() == ["older", "stale"]  # beyond the bound, and unused for CLEANUP_TTL_DAYS
+
+
+# With the engine ---------------------------------------------------------------------------------------------
+
+
+def docker(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=120)
+
+
+def sql(pr: int, statement: str) -> str:
+    """`statement` in the preview's own database (the socket: no password), its rows as `a|b` lines."""
+    done = docker("exec", f"{SLUG}-pr-{pr}-db", "psql", "-U", postgres.USER, "-d", f"pr_{pr}", "-tAc", statement)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def data_seeds(stack: Stack) -> list[dict]:
+    directory = stack.root / "state" / "database-seeds" / "data"
+    return [json.loads(p.read_text()) for p in directory.glob("*.json")] if directory.is_dir() else []
+
+
+def data_volume(stack: Stack, key: str) -> str:
+    return f"po-data-{HostEnv.for_state_dir(stack.root / 'state').marker[:12]}-{key}"
+
+
+def seeded_repo(stack: Stack, name: str, files: dict[str, str], seed: dict, files_b: dict[str, str] | None = None
+                ) -> PullRequestRepo:
+    return make_pr_repo(stack.root / "repos", "go", name, config={**BASE, "seed": seed}, files=files,
+                        files_b=files_b)
+
+
+@pytest.fixture
+def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+    # The bound holds one seed of this size (each ~40 MB): a second one evicts the least recently used.
+    started = start_stack(tmp_path, SEED_CACHE_GB="0.06", ALLOWED_REPOS="Codertocat/Hello-World,acme/other")
+    yield started
+    stop_stack(started)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack: Stack) -> None:
+    repo = seeded_repo(stack, "seed/a", {"seeds/demo.sql": DUMP_A}, {"file": "seeds/demo.sql"},
+                       files_b={"seeds/demo.sql": DUMP_B})
+    stack.send("opened", 1, repo, repo.sha_a)
+    stack.wait_for(1, "running", repo.sha_a)
+    assert "restoring file seeds/demo.sql" in stack.logs(1)
+    [first] = data_seeds(stack)
+    assert first["repository"] == "github/codertocat/hello-world" and first["source"] == "file seeds/demo.sql"
+    assert sql(1, "select count(*), max(name) from products") == "500|product 99"
+
+    # A second pull request: the seed is ready (no restore), its copy is its own.
+    stack.send("opened", 2, repo, repo.sha_a)
+    stack.wait_for(2, "running", repo.sha_a)
+    assert f"database seed {first['key']} (file seeds/demo.sql) is ready" in stack.logs(2)
+    assert "restoring" not in stack.logs(2)
+    sql(2, "insert into products values (9999, 'written by pr 2')")
+    sql(1, "delete from products where id = 1")
+    assert sql(1, "select count(*) from products where id in (1, 9999)") == "0"
+    assert sql(2, "select count(*) from products where id in (1, 9999)") == "2"
+
+    # reset-db puts pull request 2's database back to the seed.
+    reset = httpx.post(f"{stack.service.url}/api/previews/{SLUG}-2/reset-db", json={}, timeout=300)
+    assert reset.status_code == 200, reset.text  # answered once done
+    assert sql(2, "select count(*) from products where id in (1, 9999)") == "1"
+
+    # A push that changes the dump: a new seed, and the preview's database starts from it.
+    stack.send("synchronize", 1, repo, repo.sha_b)
+    stack.wait_for(1, "running", repo.sha_b)
+    assert "(file seeds/demo.sql or its commands changed): the database starts from the seed" in stack.logs(1)
+    assert sql(1, "select count(*), min(name) from products") == "700|v2 product 1"
+    assert sql(2, "select count(*) from products") == "500"  # the other preview keeps its data
+    # The bound holds one: the first seed (least recently used) went with its volume.
+    [second] = data_seeds(stack)
+    assert second["key"] != first["key"]
+    assert docker("volume", "inspect", data_volume(stack, first["key"])).returncode != 0
+    listed = subprocess.run([sys.executable, "-m", "orchestrator.cli", "seeds"], cwd=stack.root, capture_output=True,
+                            text=True, timeout=60, env={**stack.service.env, "PYTHONPATH": str(PROJECT)})
+    assert listed.returncode == 0 and second["key"] in listed.stdout and "file seeds/demo.sql" in listed.stdout
+
+    # A push that does not change the dump keeps the preview's own data.
+    sql(1, "insert into products values (9999, 'kept')")
+    stack.send("synchronize", 1, repo, repo.sha_b)  # the same commit again: an update of the same data
+    for pr in (1, 2):
+        stack.close(pr, repo, repo.sha_b)
+    assert docker("volume", "inspect", data_volume(stack, second["key"])).returncode == 0  # kept for the next
+    remove_seeds(stack.root / "state")
+    assert docker("volume", "inspect", data_volume(stack, second["key"])).returncode != 0
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_snapshots_commands_broken_dumps_and_a_second_repository(stack: Stack) -> None:
+    # An operator's snapshot, anonymised by the repository's commands: the copy is changed, the file is not.
+    folder = stack.root / "state" / "snapshots" / SLUG
+    folder.mkdir(parents=True)
+    (folder / "nightly.sql").write_text(SNAPSHOT)
+    snap = seeded_repo(stack, "seed/snap", {}, {"snapshot": "nightly.sql", "commands": [ANONYMISE]})
+    stack.send("opened", 3, snap, snap.sha_a)
+    stack.wait_for(3, "running", snap.sha_a)
+    assert sql(3, "select email from users order by id") == "user1@example.test\nuser2@example.test"
+    assert (folder / "nightly.sql").read_text() == SNAPSHOT
+    # The commands run without the service's environment: none of its settings reach them.
+    env = docker("exec", f"{SLUG}-pr-3-db", "env").stdout
+    assert "CODEHOST_TOKEN" not in env and "CODEHOST_WEBHOOK_SECRET" not in env
+
+    # A snapshot the operator does not keep: a clear failure, nothing restored.
+    missing = seeded_repo(stack, "seed/missing", {}, {"snapshot": "absent.sql"})
+    stack.send("opened", 4, missing, missing.sha_a)
+    assert "the operator keeps no snapshot absent.sql" in stack.wait_for(4, "failed")["error"]
+
+    # A broken dump: the deploy fails with the database's own error line in the comment.
+    broken = seeded_repo(stack, "seed/broken", {"seeds/demo.sql": BROKEN}, {"file": "seeds/demo.sql"})
+    stack.send("opened", 5, broken, broken.sha_a)
+    assert stack.wait_for(5, "failed")["error"] == "The database seed could not be restored"
+    comment = stack.wait_comment(5, "The database seed could not be restored")
+    assert "ERROR:  syntax error at end of input" in comment or "ERROR:  syntax error at or near" in comment
+    assert docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={SLUG}-5",
+                  "--filter", "label=com.docker.compose.service=db").stdout.strip() == ""  # never started empty
+
+    # A second repository with the same dump gets a seed of its own: never the first's.
+    first = seeded_repo(stack, "seed/first", {"seeds/demo.sql": DUMP_A}, {"file": "seeds/demo.sql"})
+    stack.send("opened", 6, first, first.sha_a)
+    stack.wait_for(6, "running", first.sha_a)
+    stack.send("opened", 7, first, first.sha_a, repository="acme/other")
+    other = wait_other(stack, 7)
+    keys = {seed["repository"]: seed["key"] for seed in data_seeds(stack)}
+    assert other == "running" and "github/acme/other" in keys  # restored for it, not taken from the first
+    assert "restoring file seeds/demo.sql" in httpx.get(
+        f"{stack.service.url}/api/previews/acme-other-7/logs", timeout=10).text
+    for pr, repo in ((3, snap), (4, missing), (5, broken), (6, first)):
+        stack.close(pr, repo, repo.sha_a)
+    stack.send("closed", 7, first, first.sha_a, repository="acme/other")
+
+
+def wait_other(stack: Stack, pr: int) -> str:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        record = stack.records().get(f"acme-other-{pr}")
+        if record and record["status"] in ("running", "failed"):
+            return str(record["status"])
+        time.sleep(0.5)
+    raise AssertionError("the second repository's preview did not settle")
