@@ -25,6 +25,7 @@ from orchestrator.adapters.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, parse_preview_config
 from orchestrator.plugin_api.types import DataSeed
 from orchestrator.rendering.compose_file import make_context
+from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.data_seeds import DataSeeds, error_lines, seed_key
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
@@ -73,6 +74,26 @@ def test_postgres_restores_sql_gzipped_sql_and_custom_dumps_by_the_longest_suffi
     assert restore.command_for("demo.csv") is None
     assert "ON_ERROR_STOP=1" in restore.formats[".sql"]
     assert restore.url.endswith(f"@127.0.0.1:{postgres.PORT}/{postgres.SEED_DATABASE}")
+
+
+def test_migration_patterns_of_the_built_in_frameworks_find_their_files(host: PluginHost) -> None:
+    from orchestrator.common.path_glob import matching
+
+    changed = ["database/migrations/2024_01_01_create_users.php", "app/Models/User.php", "prisma/migrations/1_init/"
+               "migration.sql", "shop/migrations/0002_price.py", "shop/migrations/__init__.py",
+               "alembic/versions/abc_add.py", "migrations/20240101_init.up.sql", "src/orders/migrations/1-Add.ts",
+               "internal/store/migrations/2.sql", "README.md"]
+    assert matching(changed, host.migrations("laravel")) == ["database/migrations/2024_01_01_create_users.php"]
+    assert matching(changed, host.migrations("python")) == ["shop/migrations/0002_price.py",
+                                                            "alembic/versions/abc_add.py"]
+    assert matching(changed, host.migrations("nestjs")) == ["prisma/migrations/1_init/migration.sql",
+                                                            "migrations/20240101_init.up.sql",
+                                                            "src/orders/migrations/1-Add.ts"]
+    assert matching(changed, host.migrations("go")) == ["migrations/20240101_init.up.sql",
+                                                        "internal/store/migrations/2.sql"]
+    assert matching(changed, host.migrations("rust")) == ["migrations/20240101_init.up.sql"]
+    assert matching(["a/b/c.sql", "ab.sql", "x/[y].sql"], ["*.sql"]) == ["ab.sql"]
+    assert matching(["x/y.sql", "xy.sql"], ["x/[!z]*.sql"]) == ["x/y.sql"]
 
 
 def test_error_lines_start_at_the_database_s_own_word() -> None:
@@ -179,13 +200,17 @@ def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
 @pytest.mark.live
 def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack: Stack) -> None:
     repo = seeded_repo(stack, "seed/a", {"seeds/demo.sql": DUMP_A}, {"file": "seeds/demo.sql"},
-                       files_b={"seeds/demo.sql": DUMP_B})
+                       files_b={"seeds/demo.sql": DUMP_B, "migrations/0002_more.sql": "SELECT 1;\n",
+                                "migrations/0003_index.sql": "SELECT 2;\n"})
+    # The pull request's base branch (the fixture's `master`) is where commit A is: commit B adds two migrations.
+    subprocess.run(["git", "-C", repo.clone_url, "branch", "master", repo.sha_a], check=True, capture_output=True)
     stack.send("opened", 1, repo, repo.sha_a)
     stack.wait_for(1, "running", repo.sha_a)
     assert "restoring file seeds/demo.sql" in stack.logs(1)
     [first] = data_seeds(stack)
     assert first["repository"] == "github/codertocat/hello-world" and first["source"] == "file seeds/demo.sql"
     assert sql(1, "select count(*), max(name) from products") == "500|product 99"
+    assert "migration" not in stack.wait_comment(1, "Preview ready")  # commit A changes none
 
     # A second pull request: the seed is ready (no restore), its copy is its own.
     stack.send("opened", 2, repo, repo.sha_a)
@@ -207,6 +232,8 @@ def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack:
     stack.wait_for(1, "running", repo.sha_b)
     assert "(file seeds/demo.sql or its commands changed): the database starts from the seed" in stack.logs(1)
     assert sql(1, "select count(*), min(name) from products") == "700|v2 product 1"
+    assert ("This pull request changes 2 migrations: `migrations/0002_more.sql`, `migrations/0003_index.sql`."
+            in stack.wait_comment(1, "Preview ready", repo.sha_b[:7]))
     assert sql(2, "select count(*) from products") == "500"  # the other preview keeps its data
     # The bound holds one: the first seed (least recently used) went with its volume.
     [second] = data_seeds(stack)
@@ -279,3 +306,15 @@ def wait_other(stack: Stack, pr: int) -> str:
             return str(record["status"])
         time.sleep(0.5)
     raise AssertionError("the second repository's preview did not settle")
+
+
+def test_no_repository_compose_file_can_name_a_seed_s_volume(tmp_path: Path) -> None:
+    from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
+
+    seed_volume = DataSeeds(HostEnv.for_state_dir(tmp_path), tmp_path, FakeEngine(), 1, 1).volume("0" * 24)  # type: ignore[arg-type]
+    services = {"app": {"image": "x", "volumes": ["data:/data"]}}
+    for volume in ({"name": seed_volume}, {"external": True, "name": seed_volume}):
+        document = {"services": services, "volumes": {"data": volume}}
+        problems = raw_problems(document, tmp_path, "compose.preview.yml") + normalized_problems(
+            document, tmp_path, "acme-other-7", "compose.preview.yml")
+        assert any(seed_volume in problem or "external" in problem for problem in problems), problems

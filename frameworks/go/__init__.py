@@ -64,6 +64,12 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
+def po_migrations(framework: str) -> list[str] | None:
+    # golang-migrate, goose and atlas: a `migrations/` directory by convention.
+    return ["migrations/**", "db/migrations/**", "internal/**/migrations/**"] if framework == NAME else None
+
+
+@hookimpl(trylast=True)
 def po_detect_framework(project: ProjectFiles) -> Detection | None:
     if project.is_file("go.mod"):
         return Detection(framework=NAME, rank=20, reason="go.mod")

@@ -56,6 +56,12 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
+def po_migrations(framework: str) -> list[str] | None:
+    # Laravel's `php artisan make:migration` writes them here.
+    return ["database/migrations/**"] if framework == NAME else None
+
+
+@hookimpl(trylast=True)
 def po_detect_framework(project: ProjectFiles) -> Detection | None:
     manifest = project.read_json("composer.json")
     requires = manifest.get("require") if isinstance(manifest, dict) else None

@@ -83,6 +83,14 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
+def po_migrations(framework: str) -> list[str] | None:
+    # Prisma (`prisma/migrations/`), TypeORM and MikroORM (`migrations/` or `src/migrations/` by convention).
+    if framework != NAME:
+        return None
+    return ["prisma/migrations/**", "migrations/**", "src/migrations/**", "src/**/migrations/**"]
+
+
+@hookimpl(trylast=True)
 def po_detect_framework(project: ProjectFiles) -> Detection | None:
     if project.is_file("nest-cli.json"):
         return Detection(framework=NAME, rank=10, reason="nest-cli.json")

@@ -55,6 +55,12 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
+def po_migrations(framework: str) -> list[str] | None:
+    # Django (`<app>/migrations/0001_*.py`) and Alembic (`alembic/versions/`, Flask-Migrate's `migrations/versions/`).
+    return ["**/migrations/[0-9]*.py", "alembic/versions/**", "migrations/versions/**"] if framework == NAME else None
+
+
+@hookimpl(trylast=True)
 def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
                   project: ProjectFiles) -> str | None:
     if framework != NAME:

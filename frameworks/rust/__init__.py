@@ -83,6 +83,12 @@ def po_frameworks() -> list[FrameworkSpec]:
 
 
 @hookimpl(trylast=True)
+def po_migrations(framework: str) -> list[str] | None:
+    # diesel, sqlx and sea-orm: `migrations/` at the crate's root.
+    return ["migrations/**"] if framework == NAME else None
+
+
+@hookimpl(trylast=True)
 def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
                   project: ProjectFiles) -> str | None:
     if framework != NAME:

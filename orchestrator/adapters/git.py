@@ -104,6 +104,18 @@ class Git:
                       local, codehost)
         self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local, codehost)
 
+    def changed_since(self, clone_url: str, base: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
+                      control: FlowControl | None = None, local: bool = False, codehost: str | None = None
+                      ) -> list[str]:
+        """The paths the checked-out commit changes since it left the branch `base` (a pull request's diff: from
+        their merge base), fetched first; CommandFailed when git cannot tell."""
+        def git(*args: str) -> str:
+            return self._git(list(args), work_dir, git_dir, clone_url, log, control, local, codehost)
+
+        git("fetch", "origin", "--", f"+refs/heads/{base}:refs/remotes/origin/{base}")
+        fork_point = git("merge-base", "HEAD", f"refs/remotes/origin/{base}").strip()
+        return [path for path in git("diff", "--name-only", "-z", fork_point, "HEAD").split("\0") if path]
+
     def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
                  control: FlowControl | None = None, local: bool = False, codehost: str | None = None) -> None:
         """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""

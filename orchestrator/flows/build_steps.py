@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommandError
@@ -17,7 +17,8 @@ from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, inside
 from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.naming import mirror_name
+from orchestrator.common.naming import branch_problem, mirror_name
+from orchestrator.common.path_glob import matching
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
@@ -53,6 +54,7 @@ class Built:
 
     stages: dict[str, float]
     compose_file: Path
+    migrations: list[str] = field(default_factory=list)  # the migration files the pull request changes
 
 
 class BuildSteps:
@@ -67,6 +69,13 @@ class BuildSteps:
         with clock.stage("checkout"):
             self.checkout(event, target, control)
             config = self.configure(event, target)
+        with ThreadPoolExecutor(1, thread_name_prefix="migrations") as looking:
+            migrations = looking.submit(self.migrations, event, target, config, control)
+            stages, compose_file = self._build(event, target, record, control, route_served, clock, config)
+        return Built(stages, compose_file, migrations.result())
+
+    def _build(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
+               route_served: bool, clock: StageClock, config: PreviewConfig) -> tuple[dict[str, float], Path]:
         with clock.stage("build_commands"):
             self.build_commands(event, target, config, control)
         with clock.stage("render"):
@@ -86,7 +95,25 @@ class BuildSteps:
                 if prepared is not None and not route_served:
                     self.remove_prepared_route(target, prepared)
                 raise
-        return Built(clock.seconds, compose_file)
+        return clock.seconds, compose_file
+
+    def migrations(self, event: PullRequestEvent, target: Target, config: PreviewConfig,
+                   control: FlowControl) -> list[str]:
+        """The files where the framework keeps migrations (po_migrations) that the pull request changes since its
+        base branch; none when it has no base or git cannot tell (the log says why). Beside the build."""
+        patterns = self.c.plugins.migrations(config.framework)
+        if not patterns or not event.base_ref or branch_problem(event.base_ref) or not event.clone_url:
+            return []
+        try:
+            changed = self.c.git.changed_since(event.clone_url, event.base_ref, target.work_dir, target.git_dir,
+                                               target.log, control, local=event.local, codehost=event.codehost)
+        except (CommandFailed, OSError) as exc:
+            target.log.note(f"migrations not looked for: the changes since {event.base_ref} are unknown ({exc})")
+            return []
+        found = matching(changed, patterns)
+        if found:
+            target.log.note(f"{len(found)} migration file(s) changed since {event.base_ref}: {', '.join(found[:10])}")
+        return found
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
                         compose_file: Path, control: FlowControl, clock: StageClock,

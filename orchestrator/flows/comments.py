@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.common.text_table import printable
 from orchestrator.flows.error_lines import error_line
 
 MARKER = "<!-- preview-orchestrator -->"
@@ -32,13 +33,19 @@ def building(sha: str | None, updating: bool) -> str:
     return f"{MARKER}\n### ⏳ Preview: {verb.lower()}\n\n{verb} the preview for commit `{_short(sha)}`…"
 
 
-def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None) -> str:
+def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None,
+          migrations: list[str] | None = None) -> str:
     text = (
         f"{MARKER}\n### ✅ Preview ready\n\n"
         f"**{url}**\n\n"
         f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
         "pull request closes."
     )
+    if migrations:  # a reviewer knows the database is the seed's plus these
+        shown = ", ".join("`" + printable(path).replace("`", "'")[:120] + "`" for path in migrations[:5])
+        more = f" and {len(migrations) - 5} more" if len(migrations) > 5 else ""
+        text += (f"\n\n🗄️ This pull request changes {len(migrations)} migration"
+                 f"{'s' if len(migrations) != 1 else ''}: {shown}{more}.")
     if stages:  # where the time went, the longest first
         spent = " · ".join(f"{name.replace('_', ' ')} {took:.0f} s" if took >= 1 else f"{name.replace('_', ' ')} "
                            f"{took:.1f} s" for name, took in sorted(stages.items(), key=lambda item: -item[1]))

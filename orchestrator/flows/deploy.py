@@ -72,7 +72,8 @@ class DeployFlow:
             kept = pool.submit(self.steps.keep_output, event, target, record, built.compose_file)
             # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
             link = self.c.proxy.reviewer_link(record.url, record.subject)
-            self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, built.stages))
+            self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, built.stages,
+                                                                       built.migrations))
             self.reporter.status(event, reported, "success",
                                  f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
                                  environment_url=record.url)

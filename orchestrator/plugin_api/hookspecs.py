@@ -93,6 +93,15 @@ def po_detect_framework(repo_dir: Path, project: ProjectFiles) -> Detection | No
     """
 
 
+@hookspec(firstresult=True)
+def po_migrations(framework: str) -> list[str] | None:
+    """Where your framework keeps database migrations, as glob patterns of repository paths (`*` within a
+    directory, `**` across directories: `database/migrations/*.php`). A pull request that changes files there is
+    told so in its comment, with the count (a reviewer then knows the preview's database was migrated from the
+    seed). None: not your framework; an empty list: it has no migrations.
+    """
+
+
 # Rendering --------------------------------------------------------------------------------------
 
 

@@ -127,6 +127,15 @@ class PluginHost:
             return Detection(framework=DEFAULT_FRAMEWORK, rank=1000, reason="nothing matched; the default")
         return min(answers, key=lambda a: a.rank)
 
+    def migrations(self, framework: str) -> list[str]:
+        """The glob patterns of the framework's migration files (po_migrations); none when it names none."""
+        answer = self.hook.po_migrations(framework=framework)
+        if answer is None:
+            return []
+        if not isinstance(answer, list) or not all(isinstance(p, str) and p and not p.startswith("/") for p in answer):
+            raise PluginError(f"po_migrations for {framework!r} answered {answer!r:.80}, not relative path patterns")
+        return answer
+
     # One typed method per rendering hook: the answer is validated here, once, and a missing one is the
     # ConfigError every caller would raise.
 

@@ -50,6 +50,7 @@ def make_pr_repo(root: Path, sample: str, branch: str, config: dict[str, Any] | 
     sha_a = git(work, "rev-parse", "HEAD")
     (work / "message.txt").write_text("commit B\n")
     for name, text in (files_b or {}).items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text(text)
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "commit B")
