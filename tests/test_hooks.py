@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api import hookimpl
 from orchestrator.plugin_api.codehost import CodeHost
 from orchestrator.plugin_api.preview_config import PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
@@ -104,3 +107,19 @@ def test_hook_po_extra_service(host: PluginHost) -> None:
         assert name in wiring.services
         assert wiring.app_env
     assert host.hook.po_extra_service(service="kafka", context=CONTEXT) is None
+
+
+def test_hook_po_migrations(host: PluginHost) -> None:
+    assert host.hook.po_migrations(framework="laravel") == ["database/migrations/**"]
+    assert host.hook.po_migrations(framework="unknown") is None
+    assert host.migrations("unknown") == []  # a framework that names none: nothing is looked for
+
+    class Absolute:
+        @hookimpl
+        def po_migrations(self, framework: str) -> list[str] | None:
+            return ["/etc/**"] if framework == "laravel" else None
+
+    from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
+
+    with pytest.raises(PluginError, match="not relative path patterns"):
+        build_plugin_host(load_entry_points=False, extra_plugins=[("absolute", Absolute())]).migrations("laravel")
