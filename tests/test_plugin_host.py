@@ -49,7 +49,7 @@ def test_listing_describes_each_plugin(host) -> None:  # noqa: ANN001
     go = listing["frameworks.go"]
     assert go == {
         "name": "frameworks.go", "distribution": "preview-orchestrator", "version": "0.1.0", "builtin": True,
-        "hooks": ["po_app_service", "po_detect_framework", "po_dockerfile", "po_frameworks"],
+        "hooks": ["po_app_service", "po_detect_framework", "po_dockerfile", "po_frameworks", "po_migrations"],
         "frameworks": ["go"], "databases": [], "services": [], "runtimes": [], "codehosts": [],
     }
     assert listing["plugins.redis"]["services"] == ["redis"]
