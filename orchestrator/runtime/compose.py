@@ -81,11 +81,11 @@ class ComposeRuntime:
 
     restores_seeds = True  # a repository's `seed` (data_seeds.py)
 
-    def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds, empty_seeds: bool = True,
+    def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None, empty_seeds: bool = True,
                  data_seeds: DataSeeds | None = None) -> None:
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
-        self.copies = seeds  # copies of seeds, empty or a repository's
+        self.copies = seeds  # copies of seeds, empty or a repository's (None: no seeds at all)
         self.seeds = seeds if empty_seeds else None  # the empty seeds of DATABASE_SEEDS
         self.data_seeds = data_seeds
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
@@ -163,8 +163,9 @@ class ComposeRuntime:
                         log: DeploymentLog, control: FlowControl) -> None:
         """The repository's seed restored (once: data_seeds.py), and a copy of it filling the database's volume
         while compose creates the containers; SeedFailed when it cannot be (never an empty database instead)."""
-        if self.data_seeds is None:
+        if self.data_seeds is None or self.copies is None:
             raise SeedFailed("The compose runtime cannot restore a database seed")
+        copies = self.copies
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
         volume = (document.get("volumes") or {}).get(seed.volume)
         image = ((document.get("services") or {}).get("db") or {}).get("image")
@@ -176,7 +177,7 @@ class ComposeRuntime:
         key = self.data_seeds.prepare(str(image), image_id, seed, data, log, control)
         with _failure("The database seed could not be copied", SeedFailed):
             exists = self.docker.volume_exists(name)
-            if exists and not self.copies.interrupted(name):
+            if exists and not copies.interrupted(name):
                 if self._label(name, FROM_SEED_LABEL) == key:  # an update: the database keeps its own data
                     with self._lock:
                         self._seeding[deployment_id] = Seeding(existing=True)
@@ -188,7 +189,7 @@ class ComposeRuntime:
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: key}
         source = self.data_seeds.volume(key)
-        if not self.copies.create_volume(name, labels, key, log, source=source):
+        if not copies.create_volume(name, labels, key, log, source=source):
             raise SeedFailed("The database seed could not be copied",
                              f"{name} could not be created, or seed {key} is gone from the engine")
 
@@ -196,7 +197,7 @@ class ComposeRuntime:
             with self.data_seeds.in_use(key) as present:  # eviction leaves a seed a copy reads
                 if not present:
                     raise SeedFailed("The database seed could not be copied", f"seed {key} was removed meanwhile")
-                return self.copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
+                return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
 
         copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(fill))
         with self._lock:
@@ -315,7 +316,7 @@ class ComposeRuntime:
             held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
                     if c.service in services or c.service.lstrip("/") == copy_container(deployment_id)]
             self.docker.remove(held, log)
-        if not self.copies.discard_volume(volume):
+        if self.copies is not None and not self.copies.discard_volume(volume):
             raise RuntimeFailure("The database and extra services failed to start",
                                  f"{volume} holds part of a database seed's copy and could not be removed")
 
