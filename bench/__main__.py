@@ -20,12 +20,14 @@ from bench.density import bench_density
 from bench.preview import bench_preview
 from bench.reconcile import bench_reconcile
 from bench.scale import bench_scale
+from bench.seeded import bench_seeded
 from bench.sleep import bench_sleep
 from bench.swarm import bench_swarm
 
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
     "swarm": bench_swarm, "sleep": bench_sleep, "density": bench_density, "reconcile": bench_reconcile,
+    "seeded": bench_seeded,
 }
 
 
@@ -121,6 +123,17 @@ def report(results: dict[str, Any]) -> str:
         out.append(f"Delivery log: {log['entries']} entries in {log['bytes'] / 1024 / 1024:.1f} MiB "
                    f"({log['bytes_per_entry']:.0f} bytes each, a third keeping their event); "
                    f"{log['record_ms']:.2f} ms to record one\n")
+    for database, seeded in (results.get("seeded") or {}).items():
+        t = seeded["targets"]
+        out.append(_table(f"Preview data ({database}): {seeded['rows']} rows, {seeded['dump_mb']:.0f} MB of SQL",
+                          ["figure", "s", "target"],
+                          [["a person's restore into a fresh container", seeded["person_restore_s"], ""],
+                           ["first PR (restores the seed)", seeded["first_pr_restore_s"], ""],
+                           ["new PR with the seed (running, rows there)", seeded["new_pr_seeded_s"],
+                            f"<= {0.25 * seeded['person_restore_s']:.1f} (0.25 x person: {t['new_pr_vs_person']:.2f})"],
+                           ["new PR without a seed", seeded["new_pr_without_seed_s"], ""],
+                           ["seed's cost on a new PR", t["seed_cost_s"], "<= 1"],
+                           ["reset-db to the seed", seeded["reset_db_s"], "< 3"]]))
     return "\n".join(out)
 
 

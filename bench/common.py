@@ -34,6 +34,8 @@ class Budget:
     reconcile_repositories: int = 50
     reconcile_pulls: int = 20  # open pull requests per repository
     delivery_log_entries: int = 50_000
+    seeded_rows: int = 3_000_000  # ~300 MB of SQL
+    seeded_databases: tuple[str, ...] = ("postgres", "mysql")
     # A cold preview needs the engine's whole build cache pruned (BuildKit has no per-project prune) and its
     # dangling images removed: right on a quiet benchmark host, wrong in a contributor's test run, whose cache
     # and images are theirs. The smoke run keeps them: its "cold" figure is then not cold, and says so.
@@ -44,7 +46,7 @@ SMOKE = Budget(ack_rates=(20,), ack_seconds=1.0, ack_connections=2, saturation_c
                saturation_requests=20, scale_sizes=(10,), scale_requests=5, preview_repeats=1,
                concurrency_prs=2, concurrency_builds=(2,), sleep_repeats=1, density_previews=2,
                density_idle_seconds=3.0, prune_engine_caches=False, reconcile_repositories=3, reconcile_pulls=3,
-               delivery_log_entries=100)
+               delivery_log_entries=100, seeded_rows=2000, seeded_databases=("postgres",))
 
 
 @contextmanager

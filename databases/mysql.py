@@ -1,12 +1,98 @@
-"""The built-in `mysql` database: MySQL 8.4 with a per-PR database `pr_<N>` and user `preview`."""
+"""The built-in `mysql` database: MySQL 8.4 with a per-PR database `pr_<N>` and user `preview`, and a seed (a data
+directory initialised once per image, with a repository's `seed` restored into its `seed` database when it
+declares one) that a new preview's database starts from instead of running its slow first start.
+
+A copy is made the preview's by a server of its own (no network, only a socket in the container): the passwords
+of `preview` and `root` replaced, the seed's tables moved into `pr_<N>` (RENAME TABLE keeps their rows, indexes
+and foreign keys; a view, trigger or routine of a repository's seed names the seed's database, so a copy of one
+with triggers fails and says so), and the server shut down cleanly."""
 
 from __future__ import annotations
 
-from orchestrator.plugin_api import DatabaseSpec, DatabaseWiring, RenderContext, database_app_env, hookimpl
+from orchestrator.plugin_api import (
+    SEED_MOUNT,
+    DatabaseSeed,
+    DatabaseSpec,
+    DatabaseWiring,
+    RenderContext,
+    SeedRestore,
+    database_app_env,
+    hookimpl,
+)
 
 NAME = "mysql"
 PORT = 3306
 USER = "preview"
+DATA = "/var/lib/mysql"
+SEED_DATABASE = "seed"
+SEED_PASSWORD = "replaced-in-every-copy"  # noqa: S105 (no network while it exists; every copy replaces it)
+DONE = "po-seed-done"  # selected by the script's last statement, which runs only if the others succeeded
+
+# Over TCP as root (MYSQL_ROOT_HOST's default `%`): the image's first start runs a server without a network.
+MYSQL = 'MYSQL_PWD="$MYSQL_ROOT_PASSWORD" "$(command -v mysql || command -v mariadb)" --protocol=TCP -h 127.0.0.1 ' \
+        f"-uroot {SEED_DATABASE}"
+RESTORE = SeedRestore(
+    formats={
+        ".sql": ["sh", "-c", f'{MYSQL} < "$1"', "sh"],
+        ".sql.gz": ["sh", "-c", f'gzip -t "$1" && gzip -dc "$1" | {MYSQL}', "sh"],
+    },
+    url=f"mysql://root:{SEED_PASSWORD}@127.0.0.1:{PORT}/{SEED_DATABASE}",
+)
+
+# Copies the seed, starts a server on the copy with a socket only, runs `script` (standard input) as root with the
+# seed's password, stops the server (SIGTERM: a clean shutdown). Only error lines are printed (the script holds
+# the preview's password).
+COPY_AND_PERSONALISE = f"""set -eu
+data="$1"
+cp -a {SEED_MOUNT}/. "$data"/
+server=$(command -v mysqld || command -v mariadbd)
+client=$(command -v mysql || command -v mariadb)
+admin=$(command -v mysqladmin || command -v mariadb-admin)
+sock=/tmp/po-copy.sock
+"$server" --user=mysql --datadir="$data" --skip-networking --socket="$sock" --pid-file=/tmp/po-copy.pid \\
+    >/tmp/po-copy.log 2>&1 &
+pid=$!
+tries=0
+until "$admin" --socket="$sock" ping >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 600 ] || ! kill -0 "$pid" 2>/dev/null; then
+        echo "ERROR: the server did not start on the copy" >&2
+        grep -E '\\[ERROR\\]' /tmp/po-copy.log | tail -n 5 >&2 || true
+        exit 1
+    fi
+    sleep 0.1
+done
+out=$(MYSQL_PWD='{SEED_PASSWORD}' "$client" --socket="$sock" -uroot -N -B 2>&1) || true
+kill -TERM "$pid"
+wait "$pid" || true
+case "$out" in *{DONE}*) exit 0 ;; esac
+printf '%s\\n' "$out" | grep -E 'ERROR' >&2 || true
+exit 1
+"""
+
+
+def personalise(password: str, database: str) -> str:
+    """The statements that make a copy the preview's: passwords, the seed's tables moved into `database`."""
+    target = _identifier(database)
+    moves = ("CONCAT('`seed`.`', REPLACE(table_name, '`', '``'), '` TO " + target.replace("'", "''")
+             + ".`', REPLACE(table_name, '`', '``'), '`')")
+    # The service's own names and password, quoted here; the seed's table names are quoted by SQL itself.
+    return (
+        f"ALTER USER 'root'@'localhost' IDENTIFIED BY {_literal(password)};\n"  # noqa: S608
+        f"ALTER USER IF EXISTS 'root'@'%' IDENTIFIED BY {_literal(password)};\n"
+        f"ALTER USER '{USER}'@'%' IDENTIFIED BY {_literal(password)};\n"
+        f"CREATE DATABASE {target};\n"
+        "SET SESSION group_concat_max_len = 16777216;\n"
+        f"SET @moves = (SELECT CONCAT('RENAME TABLE ', GROUP_CONCAT({moves} SEPARATOR ', ')) "
+        f"FROM information_schema.tables WHERE table_schema = '{SEED_DATABASE}' AND table_type = 'BASE TABLE');\n"
+        "SET @moves = IFNULL(@moves, 'DO 0');\n"
+        "PREPARE po_moves FROM @moves;\n"
+        "EXECUTE po_moves;\n"
+        "DEALLOCATE PREPARE po_moves;\n"
+        f"GRANT ALL ON {target}.* TO '{USER}'@'%';\n"
+        f"DROP DATABASE `{SEED_DATABASE}`;\n"
+        f"SELECT CONCAT('{DONE[:7]}', '{DONE[7:]}');\n"
+    )
 
 
 @hookimpl(trylast=True)
@@ -26,7 +112,7 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
                 "MYSQL_DATABASE": name, "MYSQL_USER": USER, "MYSQL_PASSWORD": password,
                 "MYSQL_ROOT_PASSWORD": password,
             },
-            "volumes": ["db-data:/var/lib/mysql"],
+            "volumes": [f"db-data:{DATA}"],
             "healthcheck": {
                 "test": ["CMD", "mysqladmin", "ping", "-h", "127.0.0.1", "--silent"],
                 "interval": "2s", "timeout": "5s", "retries": 45, "start_period": "10s",
@@ -34,4 +120,22 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
         },
         volumes={"db-data": {}},
         app_env=database_app_env("mysql", "mysql", PORT, USER, password, name),
+        seed=DatabaseSeed(
+            volume="db-data", path=DATA,
+            environment={"MYSQL_DATABASE": SEED_DATABASE, "MYSQL_USER": USER, "MYSQL_PASSWORD": SEED_PASSWORD,
+                         "MYSQL_ROOT_PASSWORD": SEED_PASSWORD},
+            # over TCP: the image's first start runs a temporary server without a network
+            ready=["mysqladmin", "ping", "-h", "127.0.0.1", "--silent"],
+            command=["sh", "-c", COPY_AND_PERSONALISE, "sh", DATA],
+            script=personalise(password, name),
+            restore=RESTORE,
+        ),
     )
+
+
+def _identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"

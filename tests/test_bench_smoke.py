@@ -95,3 +95,15 @@ def test_reconcile_benchmark_runs(tmp_path: Path) -> None:
     assert unchanged["not_modified"] == 3 and unchanged["rate_limit_spent"] == 0
     assert changed["corrections"] == 6  # 3 pushes and 3 closes no webhook reported
     assert data["reconcile"]["delivery_log"]["entries"] == 100 and data["reconcile"]["delivery_log"]["bytes"] > 0
+
+
+@pytest.mark.live
+@pytest.mark.docker
+def test_seeded_benchmark_runs(tmp_path: Path) -> None:
+    data = run_bench("seeded", tmp_path / "out.json")
+    seeded = data["seeded"]["postgres"]
+    assert seeded["rows"] == 2000 and seeded["dump_mb"] > 0
+    for figure in ("person_restore_s", "first_pr_restore_s", "new_pr_seeded_s", "new_pr_without_seed_s",
+                   "reset_db_s"):
+        assert seeded[figure] > 0, figure
+    assert seeded["targets"]["new_pr_vs_person"] == seeded["new_pr_seeded_s"] / seeded["person_restore_s"]

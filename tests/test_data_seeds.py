@@ -318,3 +318,66 @@ def test_no_repository_compose_file_can_name_a_seed_s_volume(tmp_path: Path) -> 
         problems = raw_problems(document, tmp_path, "compose.preview.yml") + normalized_problems(
             document, tmp_path, "acme-other-7", "compose.preview.yml")
         assert any(seed_volume in problem or "external" in problem for problem in problems), problems
+
+
+MYSQL_DUMP = "CREATE TABLE products (id int PRIMARY KEY, name varchar(40));\n" \
+             "INSERT INTO products VALUES (1, 'first'), (2, 'second'), (3, 'third');\n" \
+             "CREATE TABLE orders (id int PRIMARY KEY, product int,\n" \
+             "  FOREIGN KEY (product) REFERENCES products (id));\n" \
+             "INSERT INTO orders VALUES (10, 1);\n"
+MYSQL_BROKEN = "CREATE TABLE products (id int PRIMARY KEY);\nINSERT INTO products VALUES (1,\n"
+
+
+def mysql(pr: int, statement: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`statement` in the preview's database over TCP as `preview`, as its app connects."""
+    container = f"{SLUG}-pr-{pr}-db"
+    if password is None:
+        env = json.loads(docker("inspect", "--format", "{{json .Config.Env}}", container).stdout)
+        password = next(item.split("=", 1)[1] for item in env if item.startswith("MYSQL_PASSWORD="))
+    return docker("exec", "-e", f"MYSQL_PWD={password}", container, "mysql", "--protocol=TCP", "-h", "127.0.0.1",
+                  "-u", "preview", f"pr_{pr}", "-N", "-B", "-e", statement)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack) -> None:
+    from databases import mysql as plugin
+
+    config = {**BASE, "database": "mysql"}
+    # A repository's dump: restored once, each preview's copy its own, under its own password and pr_<N>.
+    repo = make_pr_repo(stack.root / "repos", "go", "seed/mysql", config={**config, "seed": {"file": "demo.sql"}},
+                        files={"demo.sql": MYSQL_DUMP})
+    for pr in (8, 9):
+        stack.send("opened", pr, repo, repo.sha_a)
+        stack.wait_for(pr, "running", repo.sha_a)
+    assert "restoring file demo.sql" in stack.logs(8) and "restoring" not in stack.logs(9)
+    assert mysql(8, "select count(*) from products").stdout.strip() == "3"
+    assert mysql(9, "select o.id, p.name from orders o join products p on p.id = o.product").stdout.strip() == \
+        "10\tfirst"
+    assert mysql(8, "insert into products values (4, 'by pr 8')").returncode == 0
+    assert mysql(9, "select count(*) from products").stdout.strip() == "3"
+    refused = mysql(9, "select 1", password=plugin.SEED_PASSWORD)
+    assert refused.returncode != 0 and "denied" in refused.stderr
+    assert mysql(9, "show databases like 'seed'").stdout.strip() == ""
+
+    # A broken dump: the database's own error line in the comment.
+    broken = make_pr_repo(stack.root / "repos", "go", "seed/mysql-broken",
+                          config={**config, "seed": {"file": "demo.sql"}}, files={"demo.sql": MYSQL_BROKEN})
+    stack.send("opened", 12, broken, broken.sha_a)
+    assert stack.wait_for(12, "failed")["error"] == "The database seed could not be restored"
+    assert "You have an error in your SQL syntax" in stack.wait_comment(12, "could not be restored")
+
+    # Without a `seed`: the first preview of the image makes an empty seed in the background, the next copies it.
+    plain = make_pr_repo(stack.root / "repos", "go", "seed/mysql-plain", config=config)
+    stack.send("opened", 10, plain, plain.sha_a)
+    stack.wait_for(10, "running", plain.sha_a)
+    markers = stack.root / "state" / "database-seeds"
+    deadline = time.monotonic() + 180
+    while not [p for p in markers.iterdir() if p.is_file()] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stack.send("opened", 11, plain, plain.sha_a)
+    stack.wait_for(11, "running", plain.sha_a)
+    assert "database volume copied from seed" in stack.logs(11)
+    assert mysql(11, "create table t (x int); insert into t values (1); select count(*) from t").stdout.strip() == "1"
+    for pr, pulled in ((8, repo), (9, repo), (10, plain), (11, plain), (12, broken)):
+        stack.close(pr, pulled, pulled.sha_a)

@@ -1,0 +1,162 @@
+"""(9) Preview data: a new pull request running with a large seed, against a person restoring the same dump.
+
+The dump is what pg_dump / mysqldump write for one table of `seeded_rows` rows with two secondary indexes (about
+100 bytes a row: 3 million rows are ~300 MB of SQL), kept by the operator as a snapshot
+(`SNAPSHOTS_DIR/{projectSlug}/bench.sql`) that the Go sample's preview-config.yml names as its `seed`.
+
+Person: `docker run` of the database image, wait until it accepts connections, `psql < dump` (`mysql < dump`),
+until the rows are there — what a seed script in every preview does. Service, after one restore (the first pull
+request's, timed too): a new pull request's webhook until the record says `running` and its database holds the
+rows; `POST /api/previews/{id}/reset-db` (answered once done); and a new pull request of the same repository
+without a seed, for the cost of the seed itself. Targets (issue 33): new PR <= 0.25 x the person's restore;
+reset-db < 3 s; seeded new PR no more than 1 s slower than one without.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import Budget, scratch
+from tests.support.git_repos import make_pr_repo
+from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
+from tests.support.standins import STANDIN_OVERRIDES
+
+BASE = {"framework": "go", "health_check_path": "/health", "app_port": 8080, "app_port_env": "PORT",
+        "app_entrypoint": "/app/server"}
+POLL_SECONDS = 0.1
+
+
+def write_dump(path: Path, database: str, rows: int) -> None:
+    """One table, two secondary indexes, `rows` rows: pg_dump's COPY block, or mysqldump's extended INSERTs."""
+    with path.open("w") as out:
+        if database == "postgres":
+            out.write("CREATE TABLE products (id bigint PRIMARY KEY, name text, price integer, notes text);\n"
+                      "COPY products (id, name, price, notes) FROM stdin;\n")
+            for i in range(1, rows + 1):
+                out.write(f"{i}\tproduct number {i}\t{i * 37 % 10000}\tsome notes about product {i} for the bench\n")
+            out.write("\\.\n")
+        else:
+            out.write("CREATE TABLE products (id bigint PRIMARY KEY, name varchar(64), price int,"
+                      " notes varchar(96));\n")
+            for start in range(1, rows + 1, 1000):
+                values = ",".join(f"({i},'product number {i}',{i * 37 % 10000},"
+                                  f"'some notes about product {i} for the bench')"
+                                  for i in range(start, min(start + 1000, rows + 1)))
+                out.write(f"INSERT INTO products VALUES {values};\n")  # noqa: S608 - the bench's own numbers
+        out.write("CREATE INDEX products_name ON products (name);\nCREATE INDEX products_price ON products (price);\n")
+
+
+def _docker(*argv: str, stdin: Path | None = None, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    if stdin is None:
+        return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout)
+    with stdin.open("rb") as source:
+        done = subprocess.run(["docker", *argv], stdin=source, capture_output=True, timeout=timeout)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def _until(check: Any, timeout: float = 3600) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("not reached in time")
+        time.sleep(POLL_SECONDS)
+
+
+def person_restore(database: str, dump: Path, rows: int) -> float:
+    """`docker run` of the database, wait for it, restore the dump through its client, until the rows are there."""
+    name = f"po-bench-person-{database}-{os.getpid()}"
+    if database == "postgres":
+        env = ["-e", "POSTGRES_USER=preview", "-e", "POSTGRES_PASSWORD=bench", "-e", "POSTGRES_DB=app"]
+        ready = ["pg_isready", "-U", "preview", "-d", "app", "-h", "127.0.0.1"]
+        restore = ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-U", "preview", "-d", "app"]
+        count = ["psql", "-U", "preview", "-d", "app", "-tAc", "select count(*) from products"]
+    else:
+        env = ["-e", "MYSQL_DATABASE=app", "-e", "MYSQL_USER=preview", "-e", "MYSQL_PASSWORD=bench",
+               "-e", "MYSQL_ROOT_PASSWORD=bench"]
+        ready = ["mysqladmin", "ping", "-h", "127.0.0.1", "--silent"]
+        restore = ["mysql", "--protocol=TCP", "-h", "127.0.0.1", "-uroot", "-pbench", "app"]
+        count = ["mysql", "--protocol=TCP", "-h", "127.0.0.1", "-uroot", "-pbench", "app", "-N", "-e",
+                 "select count(*) from products"]
+    image = STANDIN_OVERRIDES["postgres:16" if database == "postgres" else "mysql:8.4"]
+    began = time.perf_counter()
+    try:
+        started = _docker("run", "-d", "--name", name, *env, image)
+        assert started.returncode == 0, started.stderr
+        _until(lambda: _docker("exec", name, *ready, timeout=30).returncode == 0, timeout=300)
+        done = _docker("exec", "-i", name, *restore, stdin=dump)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _docker("exec", name, *count).stdout.strip() == str(rows)
+        return time.perf_counter() - began
+    finally:
+        _docker("rm", "--force", "--volumes", name)
+
+
+def _rows(database: str, pr: int) -> str:
+    container = f"{SLUG}-pr-{pr}-db"
+    if database == "postgres":
+        argv = ["psql", "-U", "preview", "-d", f"pr_{pr}", "-tAc", "select count(*) from products"]
+    else:
+        env = _docker("inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", container).stdout
+        password = next(line.split("=", 1)[1] for line in env.splitlines() if line.startswith("MYSQL_PASSWORD="))
+        argv = ["mysql", "--protocol=TCP", "-h", "127.0.0.1", "-upreview", f"-p{password}", f"pr_{pr}", "-N", "-e",
+                "select count(*) from products"]
+    return _docker("exec", container, *argv, timeout=60).stdout.strip()
+
+
+def _open(stack: Stack, repo: Any, pr: int, database: str, rows: int | None) -> float:
+    began = time.perf_counter()
+    stack.send("opened", pr, repo, repo.sha_a)
+    _until(lambda: (stack.records().get(f"{SLUG}-{pr}") or {}).get("status") in ("running", "failed"))
+    assert stack.records()[f"{SLUG}-{pr}"]["status"] == "running", stack.logs(pr)[-3000:]
+    if rows is not None:
+        _until(lambda: _rows(database, pr) == str(rows), timeout=60)
+    return time.perf_counter() - began
+
+
+def bench_database(root: Path, database: str, rows: int) -> dict[str, Any]:
+    dump = root / f"{database}.sql"
+    write_dump(dump, database, rows)
+    person = person_restore(database, dump, rows)
+    stack = start_stack(root / f"stack-{database}", LOG_LEVEL="info", MAX_CONCURRENT_PREVIEWS="1000",
+                        HEALTH_CHECK_INTERVAL_SECONDS="5", HEALTH_CHECK_TIMEOUT_SECONDS="60")
+    try:
+        folder = stack.root / "state" / "snapshots" / SLUG
+        folder.mkdir(parents=True)
+        try:
+            os.link(dump, folder / "bench.sql")  # the same file system: no second copy of a large dump
+        except OSError:
+            shutil.copyfile(dump, folder / "bench.sql")
+        seeded = make_pr_repo(root / f"repos-{database}", "go", "bench/seeded",
+                              config={**BASE, "database": database, "seed": {"snapshot": "bench.sql"}})
+        plain = make_pr_repo(root / f"repos-{database}", "go", "bench/plain", config={**BASE, "database": database})
+        first = _open(stack, seeded, 1, database, rows)  # the restore, once
+        _open(stack, plain, 2, database, None)  # the image's empty seed made after it
+        _until(lambda: any(p.is_file() for p in (stack.root / "state" / "database-seeds").iterdir()), timeout=300)
+        seeded_pr = _open(stack, seeded, 3, database, rows)
+        plain_pr = _open(stack, plain, 4, database, None)
+        began = time.perf_counter()
+        reset = httpx.post(f"{stack.service.url}/api/previews/{SLUG}-3/reset-db", json={}, timeout=600)
+        assert reset.status_code == 200, reset.text
+        _until(lambda: _rows(database, 3) == str(rows), timeout=60)
+        reset_s = time.perf_counter() - began
+    finally:
+        stop_stack(stack)
+        remove_seeds(stack.root / "state")
+    return {"rows": rows, "dump_mb": dump.stat().st_size / 2**20, "person_restore_s": person,
+            "first_pr_restore_s": first, "new_pr_seeded_s": seeded_pr, "new_pr_without_seed_s": plain_pr,
+            "reset_db_s": reset_s,
+            "targets": {"new_pr_vs_person": seeded_pr / person,  # <= 0.25
+                        "reset_db_s": reset_s,  # < 3
+                        "seed_cost_s": seeded_pr - plain_pr}}  # <= 1
+
+
+def bench_seeded(budget: Budget) -> dict[str, Any]:
+    with scratch("seeded") as root:
+        return {database: bench_database(root, database, budget.seeded_rows) for database in budget.seeded_databases}
