@@ -26,7 +26,7 @@ from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, pars
 from orchestrator.plugin_api.types import DataSeed
 from orchestrator.rendering.compose_file import make_context
 from orchestrator.rendering.plugin_host import PluginHost
-from orchestrator.runtime.data_seeds import DataSeeds, error_lines, seed_key
+from orchestrator.runtime.data_seeds import DataSeeds, content_key, error_lines, seed_key
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
 
@@ -108,15 +108,25 @@ def test_a_seed_is_keyed_by_its_repository_content_commands_and_image() -> None:
     assert wiring is not None and wiring.seed is not None
     seed = wiring.seed
 
-    def key(repository: str = "github/acme/shop", digest: str = "d1", commands: tuple[str, ...] = (),
-            image: str = "sha256:1") -> str:
-        data = DataSeed(repository=repository, source="file a.sql", path="/x/a.sql", commands=list(commands))
-        return seed_key(image, seed, data, ".sql", ["psql"], digest)
+    def content(repository: str = "github/acme/shop", digest: str = "d1", commands: tuple[str, ...] = ()) -> str:
+        data = DataSeed(repository=repository, source="file a.sql", name="a.sql", path="/x/a.sql",
+                        commands=list(commands))
+        return content_key(data, ".sql", digest)
 
-    first = key()
-    assert first == key()
-    assert len({first, key(repository="github/acme-shop/x"), key(digest="d2"), key(commands=("anonymise",)),
-                key(image="sha256:2")}) == 5
+    first = content()
+    assert first == content()
+    assert len({first, content(repository="github/acme-shop/x"), content(digest="d2"),
+                content(commands=("anonymise",))}) == 4
+    # A new image makes a new seed of the same content: the previews' data made from it is not replaced.
+    assert seed_key("sha256:1", seed, ["psql"], first) != seed_key("sha256:2", seed, ["psql"], first)
+    assert seed_key("sha256:1", seed, ["psql"], first) != seed_key("sha256:1", seed, ["psql"], content(digest="d2"))
+
+
+def test_failure_comments_keep_foreign_output_inside_its_fence() -> None:
+    from orchestrator.flows.comments import failed
+
+    text = failed("The database seed could not be restored", "abc1234", "ERROR: x\n```\n## Approved by admin\n")
+    assert text.count("```") == 4  # the error line's block and the log's, each opened and closed once
 
 
 class FakeEngine:
@@ -149,14 +159,16 @@ def test_eviction_removes_the_least_recently_used_beyond_the_bound_never_one_in_
     now = time.time()
     for key, age in (("new", 0), ("mid", 60), ("old", 120), ("older", 180)):
         write_marker(seeds, markers, key, 100, now - age)
-    with seeds.in_use("older"):
-        assert [s.key for s in seeds.listed()][0] == "older"  # a copy's start is a use: the most recent
-        os.utime(markers / "older.json", (now - 180, now - 180))  # (made the least recent again, for the test)
-        assert seeds.evict(keep="new") == ["old"]  # new+mid fit in 250; old goes; older is being copied
+    seeds._in_use["older"] = 1  # reserved by a deploy (prepare): it copies it, or is about to
+    assert seeds.evict(keep="new") == ["old"]  # new+mid fit in 250; old goes; older is reserved
+    seeds.release("older")
+    assert seeds.reserved("older") == 0
     assert engine.removed == [seeds.volume("old")]
     assert [s.key for s in seeds.listed()] == ["new", "mid", "older"]
     write_marker(seeds, markers, "stale", 1, now - 8 * 86400)
-    assert seeds.evict() == ["older", "stale"]  # beyond the bound, and unused for CLEANUP_TTL_DAYS
+    engine.held.add(seeds.volume("older"))  # a container holds it: it stays listed, for the next round
+    assert seeds.evict() == ["stale"]  # beyond the bound, and unused for CLEANUP_TTL_DAYS
+    assert [s.key for s in seeds.listed()] == ["new", "mid", "older"]
 
 
 # With the engine ---------------------------------------------------------------------------------------------
@@ -191,7 +203,8 @@ def seeded_repo(stack: Stack, name: str, files: dict[str, str], seed: dict, file
 @pytest.fixture
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     # The bound holds one seed of this size (each ~40 MB): a second one evicts the least recently used.
-    started = start_stack(tmp_path, SEED_CACHE_GB="0.06", ALLOWED_REPOS="Codertocat/Hello-World,acme/other")
+    started = start_stack(tmp_path, SEED_CACHE_GB="0.06",
+                          ALLOWED_REPOS="Codertocat/Hello-World,acme/other,Codertocat/Hello.World")
     yield started
     stop_stack(started)
 
@@ -261,6 +274,16 @@ def test_snapshots_commands_broken_dumps_and_a_second_repository(stack: Stack) -
     folder.mkdir(parents=True)
     (folder / "nightly.sql").write_text(SNAPSHOT)
     snap = seeded_repo(stack, "seed/snap", {}, {"snapshot": "nightly.sql", "commands": [ANONYMISE]})
+    # Until the operator's folder names its repository, no repository may read it.
+    stack.send("opened", 13, snap, snap.sha_a)
+    assert "does not name this repository in its .repository file" in stack.wait_for(13, "failed")["error"]
+    stack.close(13, snap, snap.sha_a)
+    (folder / ".repository").write_text("Codertocat/Hello-World\n")
+    # Another repository whose name gives the same slug cannot read it either.
+    stack.send("opened", 14, snap, snap.sha_a, repository="Codertocat/Hello.World")
+    assert "belongs to another repository" in stack.wait_for(14, "failed")["error"]
+    stack.send("closed", 14, snap, snap.sha_a, repository="Codertocat/Hello.World")
+    stack.wait_gone(14)
     stack.send("opened", 3, snap, snap.sha_a)
     stack.wait_for(3, "running", snap.sha_a)
     assert sql(3, "select email from users order by id") == "user1@example.test\nuser2@example.test"

@@ -19,6 +19,7 @@ from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, insi
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import branch_problem, mirror_name
 from orchestrator.common.path_glob import matching
+from orchestrator.common.text_table import printable
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
@@ -104,6 +105,10 @@ class BuildSteps:
         patterns = self.c.plugins.migrations(config.framework)
         if not patterns or not event.base_ref or branch_problem(event.base_ref) or not event.clone_url:
             return []
+        if event.head_repo_full_name and event.head_repo_full_name.lower() != f"{event.repo_owner}/{event.repo_name}" \
+                .lower():  # a fork's `origin` is the fork: its base branch is the fork's, the author's to move
+            target.log.note("migrations not looked for: the pull request comes from a fork")
+            return []
         try:
             changed = self.c.git.changed_since(event.clone_url, event.base_ref, target.work_dir, target.git_dir,
                                                target.log, control, local=event.local, codehost=event.codehost)
@@ -112,7 +117,8 @@ class BuildSteps:
             return []
         found = matching(changed, patterns)
         if found:
-            target.log.note(f"{len(found)} migration file(s) changed since {event.base_ref}: {', '.join(found[:10])}")
+            target.log.note(f"{len(found)} migration file(s) changed since {event.base_ref}: "
+                            f"{printable(', '.join(found[:10]))}")
         return found
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -293,13 +299,11 @@ class BuildSteps:
             path = target.work_dir / config.seed.file
             if path.is_symlink() or not inside(target.work_dir, path) or not path.is_file():
                 raise StepFailed(f"seed.file is not valid ({config.seed.file} is not a file in the repository)")
+            name = path.name
         else:
-            folder = self.c.settings.snapshots_path / target.slug
-            path = (folder / str(config.seed.snapshot)).resolve()
-            if not path.is_file():
-                raise StepFailed(f"seed.snapshot is not valid (the operator keeps no snapshot "
-                                 f"{config.seed.snapshot} for this repository in SNAPSHOTS_DIR/{target.slug}/)")
-        return DataSeed(repository=event.repository, source=config.seed.source, path=str(path),
+            name = str(config.seed.snapshot)
+            path = snapshot_path(self.c.settings.snapshots_path, target.slug, event, name)
+        return DataSeed(repository=event.repository, source=config.seed.source, name=name, path=str(path),
                         commands=list(config.seed.commands))
 
     def startup_before_main(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
@@ -379,3 +383,22 @@ def remove_tree(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
+
+
+def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str) -> Path:
+    """The operator's snapshot `name` for the repository of `event`: in SNAPSHOTS_DIR/{projectSlug}/, whose
+    `.repository` file must name the repository (`owner/name`, or `host/owner/name`) — two repositories can share
+    a slug (`acme/web-app`, `acme/web.app`), and only the one the operator meant may read its data."""
+    folder = snapshots / slug
+    try:
+        named = {line.strip().lower() for line in (folder / ".repository").read_text().splitlines() if line.strip()}
+    except OSError:
+        raise StepFailed(f"seed.snapshot is not valid (the operator's folder SNAPSHOTS_DIR/{slug}/ does not name "
+                         "this repository in its .repository file)") from None
+    if not named & {f"{event.repo_owner}/{event.repo_name}".lower(), event.repository}:
+        raise StepFailed(f"seed.snapshot is not valid (SNAPSHOTS_DIR/{slug}/ belongs to another repository)")
+    path = (folder / name).resolve()  # the operator's own links are followed
+    if not path.is_file():
+        raise StepFailed(f"seed.snapshot is not valid (the operator keeps no snapshot {name} for this repository "
+                         f"in SNAPSHOTS_DIR/{slug}/)")
+    return path

@@ -73,12 +73,18 @@ def awake(url: str, sha: str | None, seconds: float) -> str:
     )
 
 
+def unfenced(output: str) -> str:
+    """Output someone else wrote, safe inside a fenced block: a line of its own with ``` cannot close the fence."""
+    return output.replace("```", "`\u200b``")
+
+
 def failed(message: str, sha: str | None, log_tail: str = "", seconds: float | None = None) -> str:
     after = f" after {seconds:.0f} s" if seconds is not None else ""
     text = (
         f"{MARKER}\n### ❌ Preview failed\n\n"
         f"Commit `{_short(sha)}`{after}: **{message}**\n\n"
     )
+    log_tail = unfenced(log_tail)
     if (line := error_line(log_tail)) is not None:
         text += f"```\n{line}\n```\n\n"  # the line that says what went wrong, before the tail it came from
     if log_tail.strip():

@@ -200,6 +200,7 @@ class DataSeed(BaseModel):
 
     repository: str = Field(description="The repository's identity: a seed is never shared between repositories")
     source: str = Field(description="What the comment and listings call it: `file seeds/demo.sql`")
+    name: str = Field(description="The dump's file name as configured: its suffix says its format")
     path: str
     commands: list[str] = Field(default_factory=list)
 

@@ -19,7 +19,7 @@ import yaml
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import DatabaseSeed, DataSeed, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.plugin_api.checks import Check
@@ -162,10 +162,21 @@ class ComposeRuntime:
     def _seed_from_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
                         log: DeploymentLog, control: FlowControl) -> None:
         """The repository's seed restored (once: data_seeds.py), and a copy of it filling the database's volume
-        while compose creates the containers; SeedFailed when it cannot be (never an empty database instead)."""
+        while compose creates the containers; SeedFailed when it cannot be, whatever went wrong (never an empty
+        database instead, nor an update that keeps data made from other content)."""
+        try:
+            self._restore_and_copy(deployment_id, compose_file, seed, data, log, control)
+        except (SeedFailed, FlowAborted):
+            raise
+        except RuntimeFailure as exc:
+            raise SeedFailed("The database seed could not be copied", exc.detail or exc.message) from None
+        except Exception as exc:  # noqa: BLE001 - any other failure: the deploy fails, it does not go on empty
+            raise SeedFailed("The database seed could not be restored", f"{type(exc).__name__}: {exc}") from None
+
+    def _restore_and_copy(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
+                          log: DeploymentLog, control: FlowControl) -> None:
         if self.data_seeds is None or self.copies is None:
             raise SeedFailed("The compose runtime cannot restore a database seed")
-        copies = self.copies
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
         volume = (document.get("volumes") or {}).get(seed.volume)
         image = ((document.get("services") or {}).get("db") or {}).get("image")
@@ -174,34 +185,51 @@ class ComposeRuntime:
                              f"the db service has no volume {seed.volume} of its own to hold the seed")
         name = volume_name(deployment_id, seed.volume, volume)
         image_id = self._image_id(deployment_id, compose_file, str(image), log, control)
-        key = self.data_seeds.prepare(str(image), image_id, seed, data, log, control)
+        key, content = self.data_seeds.prepare(str(image), image_id, seed, data, log, control)
+        try:  # reserved by prepare: released once the copy is done, or here when none is made
+            filling = self._copy_data(deployment_id, compose_file, seed, data, name, volume, image_id, key,
+                                      content, log, control)
+        except BaseException:
+            self.data_seeds.release(key)
+            raise
+        if filling is None:
+            self.data_seeds.release(key)
+
+    def _copy_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed, name: str,
+                   volume: dict[str, Any], image_id: str, key: str, content: str, log: DeploymentLog,
+                   control: FlowControl) -> Future[bool] | None:
+        """A copy of the data seed `key` filling the volume `name` while compose creates the containers, which
+        releases the seed once done; None when the volume already holds this content (an update keeps its data)."""
+        assert self.copies is not None and self.data_seeds is not None
+        copies, seeds = self.copies, self.data_seeds
         with _failure("The database seed could not be copied", SeedFailed):
             exists = self.docker.volume_exists(name)
             if exists and not copies.interrupted(name):
-                if self._label(name, FROM_SEED_LABEL) == key:  # an update: the database keeps its own data
+                if self._label(name, FROM_SEED_LABEL) == content:  # an update: the database keeps its own data
                     with self._lock:
                         self._seeding[deployment_id] = Seeding(existing=True)
-                    return
+                    return None
                 log.note(f"{name} was not made from seed {key} ({data.source} or its commands changed): the "
                          "database starts from the seed")
         if exists:
             self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
-                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: key}
-        source = self.data_seeds.volume(key)
+                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: content}
+        source = seeds.volume(key)
         if not copies.create_volume(name, labels, key, log, source=source):
             raise SeedFailed("The database seed could not be copied",
                              f"{name} could not be created, or seed {key} is gone from the engine")
 
         def fill() -> bool:
-            with self.data_seeds.in_use(key) as present:  # eviction leaves a seed a copy reads
-                if not present:
-                    raise SeedFailed("The database seed could not be copied", f"seed {key} was removed meanwhile")
+            try:
                 return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
+            finally:
+                seeds.release(key)
 
-        copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(fill))
+        filling = self._copier.submit(fill)
         with self._lock:
-            self._seeding[deployment_id] = Seeding(copy=copy)
+            self._seeding[deployment_id] = Seeding(copy=SeedCopy(name, key, time.monotonic(), filling))
+        return filling
 
     def _image_id(self, deployment_id: str, compose_file: Path, image: str, log: DeploymentLog,
                   control: FlowControl) -> str:

@@ -44,6 +44,7 @@ log = logging.getLogger("orchestrator.runtime.seeds")
 DATA_SEED_LABEL = "dev.preview-orchestrator.data-seed"  # on a data seed's volume: the repository it belongs to
 FROM_SEED_LABEL = "dev.preview-orchestrator.from-seed"  # on a preview's volume copied from a data seed: its key
 RESTORE_TIMEOUT = 3600.0
+LOCK_PAUSE = 0.5  # a deploy waiting for another's restore of the same seed looks for cancellation this often
 COMMAND_TIMEOUT = 1800.0
 READY_TIMEOUT = 300.0
 READY_PAUSE = 0.2
@@ -82,7 +83,6 @@ class DataSeeds:
         self._lock = threading.Lock()
         self._making: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
-        self._digests: dict[tuple[str, int, int, int, int], str] = {}  # (path, dev, inode, size, mtime) -> sha256
 
     def volume(self, key: str) -> str:
         return f"po-data-{self._env.marker[:12]}-{key}"
@@ -94,79 +94,104 @@ class DataSeeds:
     # -- making --------------------------------------------------------------------------------------------------
 
     def prepare(self, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, log_to: DeploymentLog,
-                control: FlowControl) -> str:
+                control: FlowControl) -> tuple[str, str]:
         """The key of the data seed of `data` for `image`, restored now unless it is ready (one restore of a seed at
-        a time: a second deploy that needs it waits for the first). SeedFailed with the database's error lines."""
+        a time: a second deploy that needs it waits for the first), and the key of what it holds (the repository's
+        content and commands, whatever the image). The seed is reserved — eviction leaves it — until the caller
+        calls `release(key)`, once. SeedFailed with the database's error lines."""
         if seed.restore is None:
             raise SeedFailed("The database cannot be seeded", "its plugin gives no way to restore a dump")
-        path = Path(data.path)
-        found = seed.restore.command_for(path.name)
+        found = seed.restore.command_for(data.name)
         if found is None:
             raise SeedFailed("The database seed could not be restored",
                              f"{data.source}: not a format this database restores "
                              f"({', '.join(sorted(seed.restore.formats))})")
         suffix, restore = found
-        key = seed_key(image_id, seed, data, suffix, restore, self._digest(path))
+        with self._open(Path(data.path)) as source:  # what is hashed is what is restored: one open file
+            digest = _sha256(source)
+            content = content_key(data, suffix, digest)
+            key = seed_key(image_id, seed, restore, content)
+            with self._lock:
+                making = self._making.setdefault(key, threading.Lock())
+            while not making.acquire(timeout=LOCK_PAUSE):  # never two restores of one seed; the second finds it
+                control.check()
+            try:
+                if self.ready(key) and self._volume_present(key, log_to):
+                    log_to.note(f"database seed {key} ({data.source}) is ready")
+                    os.utime(self._dir / f"{key}.json")  # the most recently used: eviction takes it last
+                else:
+                    staged = self._stage(source, digest, key, suffix)
+                    self._make(key, image, image_id, seed, data, staged, suffix, restore, log_to, control)
+                with self._lock:  # while the restore's lock is held: no eviction in between
+                    self._in_use[key] = self._in_use.get(key, 0) + 1
+            finally:
+                making.release()
+        return key, content
+
+    def release(self, key: str) -> None:
+        """The end of a reservation `prepare` made: the copy is done, or will not be made."""
         with self._lock:
-            making = self._making.setdefault(key, threading.Lock())
-        with making:  # never two restores of one seed; the second finds it ready
-            if self.ready(key):
-                log_to.note(f"database seed {key} ({data.source}) is ready")
-                os.utime(self._dir / f"{key}.json")  # the most recently used: eviction takes it last
-                return key
-            self._make(key, image, image_id, seed, data, path, suffix, restore, log_to, control)
-        return key
+            self._in_use[key] -= 1
+            if not self._in_use[key]:
+                del self._in_use[key]
 
     def ready(self, key: str) -> bool:
         return (self._dir / f"{key}.json").is_file()
 
-    def _digest(self, path: Path) -> str:
-        """sha256 of the dump (remembered while the file is unchanged); SeedFailed unless it is a regular file."""
+    def _volume_present(self, key: str, log_to: DeploymentLog) -> bool:
+        """Whether the seed's volume is still on the engine; a seed pruned from it (`docker volume prune`) is
+        forgotten, so that it is restored again."""
         try:
-            info = os.stat(path, follow_symlinks=False)
-        except OSError as exc:
-            raise SeedFailed("The database seed could not be restored", f"{path.name}: {exc.strerror}") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise SeedFailed("The database seed could not be restored", f"{path.name} is not a regular file")
-        known = (str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        with self._lock:
-            if known in self._digests:
-                return self._digests[known]
-        digest = hashlib.sha256()
-        with self._open(path) as source:
-            while chunk := source.read(CHUNK):
-                digest.update(chunk)
-        with self._lock:
-            self._digests[known] = digest.hexdigest()
-        return digest.hexdigest()
+            if self._engine.volume_exists(self.volume(key)):
+                return True
+        except CommandFailed as exc:
+            raise SeedFailed("The database seed could not be copied", f"docker: {exc.tail(3)}") from None
+        log_to.note(f"database seed {key} is gone from the engine: it is restored again")
+        (self._dir / f"{key}.json").unlink(missing_ok=True)
+        return False
 
     @contextmanager
     def _open(self, path: Path) -> Iterator[BinaryIO]:
+        """The dump, opened without following a link at its last step (the flows checked the rest of the path); a
+        regular file or SeedFailed."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
             raise SeedFailed("The database seed could not be restored", f"{path.name}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as source:
+            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                raise SeedFailed("The database seed could not be restored", f"{path.name} is not a regular file")
             yield source
 
-    def _stage(self, path: Path, key: str, suffix: str) -> Path:
-        """A copy of the dump the service owns, for the restore to mount: the checkout's file could be replaced by
-        a link between the checks and the mount."""
+    def _stage(self, source: BinaryIO, digest: str, key: str, suffix: str) -> Path:
+        """A copy of the dump the service owns, for the restore to mount (the checkout's file could be replaced by a
+        link before the mount), made from the open file that was hashed and checked against that hash: a file
+        rewritten meanwhile is never restored under the other content's key."""
         self._inputs.mkdir(parents=True, exist_ok=True, mode=0o700)
         staged = self._inputs / f"{key}{suffix}"
-        with self._open(path) as source, open(staged, "wb") as target:
-            while chunk := source.read(CHUNK):
-                target.write(chunk)
+        copied = hashlib.sha256()
+        source.seek(0)
+        try:
+            with open(staged, "wb") as target:
+                while chunk := source.read(CHUNK):
+                    copied.update(chunk)
+                    target.write(chunk)
+        except OSError as exc:
+            staged.unlink(missing_ok=True)
+            raise SeedFailed("The database seed could not be restored",
+                             f"the dump could not be copied for the restore: {exc.strerror}") from None
+        if copied.hexdigest() != digest:
+            staged.unlink(missing_ok=True)
+            raise SeedFailed("The database seed could not be restored", "the dump changed while it was read")
         staged.chmod(0o644)  # read by the database's own user in the container
         return staged
 
-    def _make(self, key: str, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, path: Path,
+    def _make(self, key: str, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, staged: Path,
               suffix: str, restore: list[str], log_to: DeploymentLog, control: FlowControl) -> None:
         assert seed.restore is not None
         name = self.volume(key)
         started = time.monotonic()
         log_to.note(f"database seed {key}: restoring {data.source}")
-        staged = self._stage(path, key, suffix)
         try:
             self._quietly(["rm", "--force", "--volumes", name])  # what an interrupted restore left
             self._quietly(["volume", "rm", "--force", name])
@@ -184,25 +209,28 @@ class DataSeeds:
             for number, command in enumerate(data.commands, start=1):
                 self._run(name, ["--env", f"DATABASE_URL={seed.restore.url}", "--workdir", "/tmp"],  # noqa: S108 - in the container
                           ["sh", "-c", command], COMMAND_TIMEOUT, f"seed command {number}", log_to, control)
-            size = int(self._docker(["exec", name, "du", "-sk", seed.path]).split()[0]) * 1024
             self._docker(["stop", "--time", "60", name], timeout=120)  # a clean shutdown: a copy needs no recovery
             self._docker(["rm", name])
+            size = self._size(name, image_id, seed.path)
+            seconds = time.monotonic() - started
+            self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            marker = self._dir / f"{key}.json"
+            partial = marker.with_suffix(".partial")
+            partial.write_text(json.dumps({"key": key, "repository": data.repository, "source": data.source,
+                                           "image": image, "sizeBytes": size, "madeAt": time.time(),
+                                           "seconds": round(seconds, 2)}))
+            partial.replace(marker)
         except CommandFailed as exc:
             self._discard(name)
             raise SeedFailed("The database seed could not be restored", f"docker: {exc.tail(5)}") from None
+        except (OSError, ValueError) as exc:
+            self._discard(name)
+            raise SeedFailed("The database seed could not be restored", str(exc)) from None
         except BaseException:
             self._discard(name)
             raise
         finally:
             staged.unlink(missing_ok=True)
-        seconds = time.monotonic() - started
-        self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        marker = self._dir / f"{key}.json"
-        partial = marker.with_suffix(".partial")
-        partial.write_text(json.dumps({"key": key, "repository": data.repository, "source": data.source,
-                                       "image": image, "sizeBytes": size, "madeAt": time.time(),
-                                       "seconds": round(seconds, 2)}))
-        partial.replace(marker)
         log_to.note(f"database seed {key} restored in {seconds:.1f}s ({size / 2**20:.0f} MB)")
         log.info("data seed %s of %s (%s) restored in %.1fs", key, data.repository, data.source, seconds)
         self.evict(keep=key)
@@ -224,6 +252,14 @@ class DataSeeds:
                                      f"the database was not ready after {READY_TIMEOUT:.0f}s") from None
             control.wait(READY_PAUSE)
             control.check()
+
+    def _size(self, volume: str, image_id: str, path: str) -> int:
+        """The seed's bytes, counted by the image's own `du` in a container of the service's (the one the
+        restore's commands ran in could have replaced it)."""
+        out = self._docker(["run", "--rm", "--network", "none", *BOUNDS,
+                            "--mount", f"type=volume,source={volume},target={path},readonly",
+                            "--entrypoint", "du", image_id, "-sk", path], timeout=600)
+        return int(out.split()[0]) * 1024
 
     def _run(self, name: str, options: list[str], argv: list[str], timeout: float, what: str,
              log_to: DeploymentLog, control: FlowControl) -> None:
@@ -247,23 +283,13 @@ class DataSeeds:
 
     # -- copies --------------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def in_use(self, key: str) -> Iterator[bool]:
-        """While a copy reads the seed `key`, eviction leaves it; yields whether it is (still) there."""
+    def present(self, key: str) -> bool:
+        """Whether the seed `key` can be copied (its marker is there; a reserved one stays)."""
+        return self.ready(key)
+
+    def reserved(self, key: str) -> int:
         with self._lock:
-            present = self.ready(key)
-            if present:
-                self._in_use[key] = self._in_use.get(key, 0) + 1
-        try:
-            if present:
-                os.utime(self._dir / f"{key}.json")  # its last use, for eviction
-            yield present
-        finally:
-            if present:
-                with self._lock:
-                    self._in_use[key] -= 1
-                    if not self._in_use[key]:
-                        del self._in_use[key]
+            return self._in_use.get(key, 0)
 
     # -- bounds --------------------------------------------------------------------------------------------------
 
@@ -272,7 +298,7 @@ class DataSeeds:
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used seeds beyond SEED_CACHE_GB, and any unused for CLEANUP_TTL_DAYS; never
-        `keep` (just made) or one a copy reads now. The keys removed."""
+        `keep` (just made) or one a deploy reserved (it copies it, or is about to). The keys removed."""
         removed, total = [], 0
         now = time.time()
         for seed in self.listed():  # most recent first: what is over the bound is the oldest
@@ -283,20 +309,32 @@ class DataSeeds:
             if self.remove(seed.key):
                 total -= seed.size_bytes
                 removed.append(seed.key)
+        self._sweep_inputs()
         return removed
 
     def remove(self, key: str) -> bool:
-        """Remove the seed `key` unless a copy reads it; False when it stays."""
+        """Remove the seed `key` unless a restore or a copy uses it; False when it stays."""
         with self._lock:
-            if key in self._in_use or (self._making.get(key) is not None and self._making[key].locked()):
+            making = self._making.get(key)
+            if key in self._in_use or (making is not None and making.locked()):
                 return False
-            (self._dir / f"{key}.json").unlink(missing_ok=True)  # no copy starts from it from here on
+            self._making.pop(key, None)
         try:
             self._docker(["volume", "rm", "--force", self.volume(key)], timeout=120)
-        except CommandFailed as exc:
+        except CommandFailed as exc:  # in use by a copy's container: it stays, listed, for the next round
             log.warning("data seed %s: its volume could not be removed: %s", key, exc)
+            return False
+        (self._dir / f"{key}.json").unlink(missing_ok=True)
         log.info("data seed %s removed", key)
         return True
+
+    def _sweep_inputs(self) -> None:
+        """Dumps staged for a restore that a crash interrupted (a restore removes its own)."""
+        with self._lock:
+            busy = {key for key, lock in self._making.items() if lock.locked()}
+        for staged in self._inputs.iterdir() if self._inputs.is_dir() else []:
+            if staged.name.split(".", 1)[0] not in busy:
+                staged.unlink(missing_ok=True)
 
     def _discard(self, name: str) -> None:
         self._quietly(["rm", "--force", "--volumes", name])
@@ -325,14 +363,26 @@ def listed_seeds(state_dir: Path) -> list[SeedInfo]:
     return sorted(found, key=lambda seed: seed.used_at, reverse=True)
 
 
-def seed_key(image_id: str, seed: DatabaseSeed, data: DataSeed, suffix: str, restore: list[str],
-             digest: str) -> str:
-    """What a data seed is: the image (by id) and the plugin's recipe, the repository (never shared between two),
-    the dump's content and format, and the commands run on it."""
-    recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready,
-              "restore": restore, "suffix": suffix, "repository": data.repository, "content": digest,
-              "commands": data.commands}
+def content_key(data: DataSeed, suffix: str, digest: str) -> str:
+    """What a seed holds, whatever image restored it: the repository (never shared between two), the dump's content
+    and format, and the commands run on it. A preview's volume is labelled with it (FROM_SEED_LABEL): a new image
+    makes a new seed, never a reason to replace a preview's data."""
+    recipe = {"repository": data.repository, "content": digest, "suffix": suffix, "commands": data.commands}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def seed_key(image_id: str, seed: DatabaseSeed, restore: list[str], content: str) -> str:
+    """A data seed: what it holds (`content_key`), the image (by id) and the plugin's whole recipe."""
+    recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready,
+              "restore": restore, "url": seed.restore.url if seed.restore else None, "content": content}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _sha256(source: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def error_lines(output: str) -> list[str]:

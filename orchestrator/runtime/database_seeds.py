@@ -31,7 +31,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.data_seeds import error_lines
+from orchestrator.runtime.data_seeds import BOUNDS, error_lines
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -132,7 +132,7 @@ class DatabaseSeeds:
         repository's data seed (data_seeds.py) to copy instead; its failure is the caller's to report."""
         name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
-            self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none",
+            self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none", *BOUNDS,
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
                           "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",
                           "--mount", f"type=volume,source={source or self.volume(key)},target={SEED_MOUNT},readonly",
