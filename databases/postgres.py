@@ -85,6 +85,7 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
                     f"ALTER DATABASE {_identifier(SEED_DATABASE)} RENAME TO {_identifier(name)};\n"
                     f"SELECT '{DONE[:7]}' || '{DONE[7:]}';\n\n"),
             restore=RESTORE,
+            layered=True,  # a copy renames a database and sets a password: catalog pages, never the tables
         ),
     )
 

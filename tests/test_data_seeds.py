@@ -28,6 +28,7 @@ from orchestrator.rendering.compose_file import make_context
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.data_seeds import DataSeeds, content_key, error_lines, seed_key
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
+from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -248,22 +249,38 @@ def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack:
     assert ("This pull request changes 2 migrations: `migrations/0002_more.sql`, `migrations/0003_index.sql`."
             in stack.wait_comment(1, "Preview ready", repo.sha_b[:7]))
     assert sql(2, "select count(*) from products") == "500"  # the other preview keeps its data
-    # The bound holds one: the first seed (least recently used) went with its volume.
-    [second] = data_seeds(stack)
-    assert second["key"] != first["key"]
-    assert docker("volume", "inspect", data_volume(stack, first["key"])).returncode != 0
+    # Pull request 2 is an overlay on the first seed (PostgreSQL's copies are layered): that seed stays while it
+    # exists, whatever the bound, and only what pull request 2 wrote is stored apart.
+    assert docker("volume", "inspect", "--format", "{{.Options.type}}", f"{SLUG}-2_db-data").stdout.strip() == \
+        "overlay"
+    second = next(seed for seed in data_seeds(stack) if seed["key"] != first["key"])
+    assert {seed["key"] for seed in data_seeds(stack)} == {first["key"], second["key"]}
     listed = subprocess.run([sys.executable, "-m", "orchestrator.cli", "seeds"], cwd=stack.root, capture_output=True,
                             text=True, timeout=60, env={**stack.service.env, "PYTHONPATH": str(PROJECT)})
     assert listed.returncode == 0 and second["key"] in listed.stdout and "file seeds/demo.sql" in listed.stdout
 
     # A push that does not change the dump keeps the preview's own data.
     sql(1, "insert into products values (9999, 'kept')")
+    updates = stack.logs(1).count("update of")
     stack.send("synchronize", 1, repo, repo.sha_b)  # the same commit again: an update of the same data
+    wait_until(lambda: stack.logs(1).count("update of") > updates and
+               stack.records()[f"{SLUG}-1"]["status"] == "running", timeout=120, message="updated again")
+    assert sql(1, "select name from products where id = 9999") == "kept"
     for pr in (1, 2):
         stack.close(pr, repo, repo.sha_b)
-    assert docker("volume", "inspect", data_volume(stack, second["key"])).returncode == 0  # kept for the next
+
+    # Once no preview is layered on them, a new seed beyond the bound evicts both (least recently used first).
+    third = seeded_repo(stack, "seed/third", {"seeds/demo.sql": DUMP_A + "SELECT 3;\n"}, {"file": "seeds/demo.sql"})
+    stack.send("opened", 15, third, third.sha_a)
+    stack.wait_for(15, "running", third.sha_a)
+    [latest] = data_seeds(stack)
+    assert latest["key"] not in (first["key"], second["key"])
+    for gone in (first, second):
+        assert docker("volume", "inspect", data_volume(stack, gone["key"])).returncode != 0
+    stack.close(15, third, third.sha_a)
+    assert docker("volume", "inspect", data_volume(stack, latest["key"])).returncode == 0  # kept for the next
     remove_seeds(stack.root / "state")
-    assert docker("volume", "inspect", data_volume(stack, second["key"])).returncode != 0
+    assert docker("volume", "inspect", data_volume(stack, latest["key"])).returncode != 0
 
 
 @pytest.mark.docker

@@ -223,6 +223,11 @@ class DatabaseSeed(BaseModel):
     command: list[str] = Field(min_length=1)
     script: SecretStr = Field(description="Standard input of `command`")
     restore: SeedRestore | None = Field(default=None, description="None: repositories cannot declare a `seed`")
+    # A copy of a repository's seed may be an overlay on it instead of a copy of its files: `command` then finds
+    # SEED_MOUNT empty and `path` already holding the seed, and only what it writes is stored apart. Only for a
+    # database whose command (and first writes) touch small files: one that renames or rewrites the seed's large
+    # files would copy them anyway (MySQL's RENAME TABLE moves every table's file).
+    layered: bool = False
 
 
 class DatabaseWiring(BaseModel):

@@ -216,13 +216,15 @@ class ComposeRuntime:
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: content}
         source = seeds.volume(key)
-        if not copies.create_volume(name, labels, key, log, source=source):
+        layered = seed.layered and copies.create_layer(name, labels, source, log)
+        if not layered and not copies.create_volume(name, labels, key, log, source=source):
             raise SeedFailed("The database seed could not be copied",
                              f"{name} could not be created, or seed {key} is gone from the engine")
 
         def fill() -> bool:
             try:
-                return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
+                return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source,
+                                   layered=layered)
             finally:
                 seeds.release(key)
 

@@ -42,7 +42,8 @@ from orchestrator.runtime.compose_cli import DockerResources
 log = logging.getLogger("orchestrator.runtime.seeds")
 
 DATA_SEED_LABEL = "dev.preview-orchestrator.data-seed"  # on a data seed's volume: the repository it belongs to
-FROM_SEED_LABEL = "dev.preview-orchestrator.from-seed"  # on a preview's volume copied from a data seed: its key
+FROM_SEED_LABEL = "dev.preview-orchestrator.from-seed"  # on a preview's volume copied from a data seed: its content
+LAYER_LABEL = "dev.preview-orchestrator.layered-on"  # on an overlay copy of a seed and its layer: the seed's volume
 RESTORE_TIMEOUT = 3600.0
 LOCK_PAUSE = 0.5  # a deploy waiting for another's restore of the same seed looks for cancellation this often
 COMMAND_TIMEOUT = 1800.0
@@ -320,6 +321,9 @@ class DataSeeds:
                 return False
             self._making.pop(key, None)
         try:
+            # A preview layered on it (DatabaseSeed.layered) reads its files: it stays until that preview goes.
+            if self._docker(["volume", "ls", "--quiet", "--filter", f"label={LAYER_LABEL}={self.volume(key)}"]).split():
+                return False
             self._docker(["volume", "rm", "--force", self.volume(key)], timeout=120)
         except CommandFailed as exc:  # in use by a copy's container: it stays, listed, for the next round
             log.warning("data seed %s: its volume could not be removed: %s", key, exc)

@@ -31,7 +31,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.data_seeds import BOUNDS, error_lines
+from orchestrator.runtime.data_seeds import BOUNDS, LAYER_LABEL, error_lines
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -109,11 +109,18 @@ class DatabaseSeeds:
             log_to.note(f"database seed {key} is gone from the engine; the database initialises itself")
             (self._markers / key).unlink(missing_ok=True)
             return False
+        return self._create_marked(volume, labels, log_to)
+
+    def _create_marked(self, volume: str, labels: dict[str, str], log_to: DeploymentLog,
+                       options: list[str] | None = None) -> bool:
+        """`docker volume create` of `volume` with a nonce label, marked as being copied from before it exists;
+        False (nothing of anyone's removed) when it could not be created or another's volume has the name."""
         nonce = uuid.uuid4().hex
         try:
             self._copying.mkdir(parents=True, exist_ok=True, mode=0o700)
             (self._copying / volume).write_text(nonce)  # before the volume exists: a crash from here on is seen
-            self._docker(["volume", "create", *_label_args({**labels, COPY_LABEL: nonce}), volume], log_to=log_to)
+            self._docker(["volume", "create", *(options or []), *_label_args({**labels, COPY_LABEL: nonce}),
+                          volume], log_to=log_to)
             found = self._label(volume)
         except (CommandFailed, OSError) as exc:
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
@@ -124,8 +131,41 @@ class DatabaseSeeds:
             return False
         return True
 
+    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog) -> bool:
+        """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered): the seed's files seen
+        through it, what the preview writes kept in a layer volume of its own (`layer_volume`, labelled like
+        `volume` without compose's labels, so that the preview's cleanup removes it). The engine's local driver
+        mounts it; the seed must then stay while the copy exists (DataSeeds.remove asks). False (nothing left)
+        when it cannot be made here — the engine's volumes are not this host's files — and the caller copies."""
+        layer = layer_volume(volume)
+        own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
+        try:
+            lower = self._mountpoint(source)
+            self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
+            self._docker(["volume", "create", *_label_args({**own, LAYER_LABEL: source}), layer], log_to=log_to)
+            top = Path(self._mountpoint(layer))
+            (top / "upper").mkdir(mode=0o755)
+            (top / "work").mkdir(mode=0o700)
+        except (CommandFailed, OSError) as exc:
+            log_to.note(f"database seed copied, not layered ({exc})")
+            self._quietly(["volume", "rm", "--force", layer])
+            return False
+        options = f"lowerdir={lower},upperdir={top}/upper,workdir={top}/work"
+        if not self._create_marked(volume, {**labels, LAYER_LABEL: source}, log_to,
+                                   ["--driver", "local", "--opt", "type=overlay", "--opt", "device=overlay",
+                                    "--opt", f"o={options}"]):
+            self._quietly(["volume", "rm", "--force", layer])
+            return False
+        return True
+
+    def _mountpoint(self, volume: str) -> str:
+        path = self._docker(["volume", "inspect", "--format", "{{.Mountpoint}}", volume]).strip()
+        if not path.startswith("/") or "," in path or ":" in path:  # what overlay's options could not carry
+            raise OSError(f"{volume} has no mount point this service can layer on ({path[:80]!r})")
+        return path
+
     def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
-             log_to: DeploymentLog, control: FlowControl, source: str | None = None) -> bool:
+             log_to: DeploymentLog, control: FlowControl, source: str | None = None, layered: bool = False) -> bool:
         """Fill `volume` with a copy of the seed `key`, made this preview's by the plugin's command. False when
         it failed (its container removed): the volume may hold part of a copy, and the caller removes it (compose
         then creates it empty and the database initialises itself as without a seed). `source`: the volume of a
@@ -135,7 +175,9 @@ class DatabaseSeeds:
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none", *BOUNDS,
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
                           "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",
-                          "--mount", f"type=volume,source={source or self.volume(key)},target={SEED_MOUNT},readonly",
+                          # a layered copy holds the seed already: the command finds nothing to copy
+                          "--mount", f"type=tmpfs,target={SEED_MOUNT}" if layered else
+                          f"type=volume,source={source or self.volume(key)},target={SEED_MOUNT},readonly",
                           "--mount", f"type=volume,source={volume},target={seed.path}",
                           "--entrypoint", seed.command[0], image_id, *seed.command[1:]],
                          timeout=COPY_TIMEOUT, log_to=log_to, control=control,
@@ -163,11 +205,13 @@ class DatabaseSeeds:
         return True
 
     def discard_volume(self, volume: str) -> bool:
-        """Remove a volume created for a copy that failed; False when it could not be removed."""
+        """Remove a volume created for a copy that failed (and its layer, when it was one); False when it could not
+        be removed."""
         try:
             self._docker(["volume", "rm", "--force", volume], timeout=120)
         except CommandFailed:
             return False
+        self._quietly(["volume", "rm", "--force", layer_volume(volume)])
         (self._copying / volume).unlink(missing_ok=True)
         return True
 
@@ -232,6 +276,11 @@ class DatabaseSeeds:
             self._docker(argv, timeout=120)
         except CommandFailed:
             pass
+
+
+def layer_volume(volume: str) -> str:
+    """The volume that holds what a layered copy `volume` wrote over its seed."""
+    return f"{volume}-layer"
 
 
 def copy_container(deployment_id: str) -> str:
