@@ -55,6 +55,7 @@ BOUNDS = ["--cpus", "1", "--memory", "1g", "--pids-limit", "1024", "--cap-drop",
 ERROR_WORDS = re.compile(r"\b(ERROR|FATAL|PANIC|error)\b[:\s]")
 MAX_ERROR_LINES = 10
 CHUNK = 1024 * 1024
+MAX_DIGESTS = 1000
 WORKDIR = "/tmp"  # noqa: S108 - the seed container's own /tmp, where its commands start
 
 
@@ -84,6 +85,7 @@ class DataSeeds:
         self._lock = threading.Lock()
         self._making: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
+        self._digests: dict[tuple[int, int, int, int, int], str] = {}  # (device, inode, size, mtime, ctime)
 
     def volume(self, key: str) -> str:
         return f"po-data-{self._env.marker[:12]}-{key}"
@@ -109,7 +111,7 @@ class DataSeeds:
                              f"({', '.join(sorted(seed.restore.formats))})")
         suffix, restore = found
         with self._open(Path(data.path)) as source:  # what is hashed is what is restored: one open file
-            digest = _sha256(source)
+            digest = self._digest(source)
             content = content_key(data, suffix, digest)
             key = seed_key(image_id, seed, restore, content)
             with self._lock:
@@ -163,6 +165,23 @@ class DataSeeds:
             if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
                 raise SeedFailed("The database seed could not be restored", f"{path.name} is not a regular file")
             yield source
+
+    def _digest(self, source: BinaryIO) -> str:
+        """sha256 of the open dump, remembered while the file is unchanged: the same inode, size, modification
+        and change times (the change time is the kernel's, which no pull request can set back). A restore
+        hashes the file again as it stages it and refuses a mismatch, so a remembered digest never names other
+        content than what is restored."""
+        info = os.fstat(source.fileno())
+        known = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        with self._lock:
+            if (digest := self._digests.get(known)) is not None:
+                return digest
+        digest = _sha256(source)
+        with self._lock:
+            if len(self._digests) >= MAX_DIGESTS:
+                self._digests.clear()
+            self._digests[known] = digest
+        return digest
 
     def _stage(self, source: BinaryIO, digest: str, key: str, suffix: str) -> Path:
         """A copy of the dump the service owns, for the restore to mount (the checkout's file could be replaced by a
