@@ -174,6 +174,9 @@ class SeedRestore(BaseModel):
 
     formats: dict[str, list[str]] = Field(min_length=1, description="Dump name suffix -> command")
     url: str = Field(description="DATABASE_URL of the seed's data inside its own container")
+    # Run last, before the seed is frozen (PostgreSQL: VACUUM (FREEZE, ANALYZE): a copy then never rewrites a page
+    # to set hint bits on its first read — a layered copy would store the whole file apart — and has statistics).
+    finish: list[str] = Field(default_factory=list)
 
     @field_validator("formats")
     @classmethod

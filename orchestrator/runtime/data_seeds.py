@@ -227,8 +227,10 @@ class DataSeeds:
             self._wait_ready(name, seed, control)
             self._run(name, [], [*restore, dump], RESTORE_TIMEOUT, f"restoring {data.source}", log_to, control)
             for number, command in enumerate(data.commands, start=1):
-                self._run(name, ["--env", f"DATABASE_URL={seed.restore.url}", "--workdir", "/tmp"],  # noqa: S108 - in the container
+                self._run(name, ["--env", f"DATABASE_URL={seed.restore.url}", "--workdir", WORKDIR],
                           ["sh", "-c", command], COMMAND_TIMEOUT, f"seed command {number}", log_to, control)
+            if seed.restore.finish:
+                self._run(name, [], seed.restore.finish, RESTORE_TIMEOUT, "finishing the seed", log_to, control)
             self._docker(["stop", "--time", "60", name], timeout=120)  # a clean shutdown: a copy needs no recovery
             self._docker(["rm", name])
             size = self._size(name, image_id, seed.path)
@@ -397,7 +399,8 @@ def content_key(data: DataSeed, suffix: str, digest: str) -> str:
 def seed_key(image_id: str, seed: DatabaseSeed, restore: list[str], content: str) -> str:
     """A data seed: what it holds (`content_key`), the image (by id) and the plugin's whole recipe."""
     recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready,
-              "restore": restore, "url": seed.restore.url if seed.restore else None, "content": content}
+              "restore": restore, "url": seed.restore.url if seed.restore else None,
+              "finish": seed.restore.finish if seed.restore else None, "content": content}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
 
 
