@@ -421,3 +421,66 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
     assert mysql(11, "create table t (x int); insert into t values (1); select count(*) from t").stdout.strip() == "1"
     for pr, pulled in ((8, repo), (9, repo), (10, plain), (11, plain), (12, broken)):
         stack.close(pr, pulled, pulled.sha_a)
+
+
+def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: bool = True,
+              repository_owned: bool = False, repository: str = "Codertocat/Hello-World") -> object:
+    """BuildSteps.data_seed for a checkout in `tmp_path/work` and SNAPSHOTS_DIR `tmp_path/snapshots`: the DataSeed,
+    or StepFailed's message."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from orchestrator.common.deployment_log import DeploymentLog
+    from orchestrator.flows.build_steps import BuildSteps
+    from orchestrator.flows.context import StepFailed, Target
+    from orchestrator.rendering.compose_document import RenderedDeployment
+    from orchestrator.state.records import PullRequestEvent
+
+    owner, name = repository.split("/")
+    event = PullRequestEvent(delivery_id="d", action="opened", deployment_id=f"{SLUG}-4", project_slug=SLUG,
+                             repo_owner=owner, repo_name=name, pr_number=4, received_at=datetime.now(UTC))
+    work = tmp_path / "work"
+    target = Target(f"{SLUG}-4", SLUG, 4, work, tmp_path / "git", DeploymentLog(tmp_path / "log"))
+    config = parse_preview_config({**BASE, "database": database, "seed": seed}, KNOWN_ALL)
+    wiring = postgres.po_database(database="postgres", context=make_context("a", "b", 4, 8001, 9001, b"k"))
+    rendered = RenderedDeployment(compose_file="x", compose={}, repository_owned=repository_owned,
+                                  seed=wiring.seed if seedable and wiring else None)
+    steps = BuildSteps(SimpleNamespace(settings=SimpleNamespace(snapshots_path=tmp_path / "snapshots")))  # type: ignore[arg-type]
+    try:
+        return steps.data_seed(event, target, config, rendered)
+    except StepFailed as exc:
+        return exc.message
+
+
+KNOWN_ALL = KnownNames(frameworks=frozenset({"go"}), databases=frozenset({"postgres", "mongodb"}),
+                       services=frozenset())
+
+
+def test_a_seed_the_preview_cannot_have_is_refused_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "work" / "seeds").mkdir(parents=True)
+    (tmp_path / "work" / "seeds" / "demo.sql").write_text(DUMP_A)
+    (tmp_path / "work" / "seeds" / "linked.sql").symlink_to(tmp_path / "work" / "seeds" / "demo.sql")
+    found = seed_step(tmp_path, {"file": "seeds/demo.sql"})
+    assert isinstance(found, DataSeed) and found.name == "demo.sql" and found.repository == \
+        "github/codertocat/hello-world"
+    assert seed_step(tmp_path, {"file": "seeds/linked.sql"}) == \
+        "seed.file is not valid (seeds/linked.sql is not a file in the repository)"  # never a link, even inside
+    assert seed_step(tmp_path, {"file": "seeds/demo.sql"}, database="mongodb", seedable=False) == \
+        "seed is not valid (the mongodb database cannot be seeded)"
+    assert seed_step(tmp_path, {"file": "seeds/demo.sql"}, seedable=False, repository_owned=True) == \
+        "seed is not valid (the postgres database of a repository compose file cannot be seeded)"
+
+
+def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -> None:
+    folder = tmp_path / "snapshots" / SLUG
+    folder.mkdir(parents=True)
+    (folder / "nightly.sql").write_text(SNAPSHOT)
+    (folder / "latest.sql").symlink_to(folder / "nightly.sql")  # the operator's own link is followed
+    unnamed = seed_step(tmp_path, {"snapshot": "nightly.sql"})
+    assert "does not name this repository in its .repository file" in str(unnamed)
+    (folder / ".repository").write_text("# the shop\nCodertocat/Hello-World\n")
+    found = seed_step(tmp_path, {"snapshot": "latest.sql"})
+    assert isinstance(found, DataSeed) and found.name == "latest.sql" and found.path == str(folder / "nightly.sql")
+    assert "belongs to another repository" in str(seed_step(tmp_path, {"snapshot": "nightly.sql"},
+                                                            repository="Codertocat/Hello.World"))  # the same slug
+    assert "keeps no snapshot absent.sql" in str(seed_step(tmp_path, {"snapshot": "absent.sql"}))
