@@ -29,8 +29,10 @@ SEED_PASSWORD = "replaced-in-every-copy"  # noqa: S105 (no network while it exis
 DONE = "po-seed-done"  # selected by the script's last statement, which runs only if the others succeeded
 
 # Over TCP as root (MYSQL_ROOT_HOST's default `%`): the image's first start runs a server without a network.
+# The restore is not written to a binary log (MySQL 8.4 keeps one by default): it would be as large as the dump, in
+# the seed and in every copy.
 MYSQL = 'MYSQL_PWD="$MYSQL_ROOT_PASSWORD" "$(command -v mysql || command -v mariadb)" --protocol=TCP -h 127.0.0.1 ' \
-        f"-uroot {SEED_DATABASE}"
+        f"-uroot \"--init-command=SET SESSION sql_log_bin = 0\" {SEED_DATABASE}"
 RESTORE = SeedRestore(
     formats={
         ".sql": ["sh", "-c", f'{MYSQL} < "$1"', "sh"],
@@ -47,6 +49,8 @@ data="$1"
 # A clone where the volume store can make one (XFS with reflink, btrfs): instant; else a copy.
 reflink=$(cp --help 2>&1 | grep -q -e '--reflink' && echo --reflink=auto || true)
 cp -a $reflink {SEED_MOUNT}/. "$data"/
+# Each copy its own server identity and keys (MySQL makes them again when they are missing)
+rm -f "$data"/auto.cnf "$data"/*.pem
 server=$(command -v mysqld || command -v mariadbd)
 client=$(command -v mysql || command -v mariadb)
 admin=$(command -v mysqladmin || command -v mariadb-admin)
@@ -64,10 +68,12 @@ until "$admin" --socket="$sock" ping >/dev/null 2>&1; do
     fi
     sleep 0.1
 done
-out=$(MYSQL_PWD='{SEED_PASSWORD}' "$client" --socket="$sock" -uroot -N -B 2>&1) || true
+if out=$(MYSQL_PWD='{SEED_PASSWORD}' "$client" --socket="$sock" -uroot -N -B 2>&1); then status=0; else status=1; fi
 kill -TERM "$pid"
 wait "$pid" || true
-case "$out" in *{DONE}*) exit 0 ;; esac
+if [ "$status" -eq 0 ]; then
+    case "$out" in *{DONE}*) exit 0 ;; esac
+fi
 printf '%s\\n' "$out" | grep -E 'ERROR' >&2 || true
 exit 1
 """
@@ -86,15 +92,24 @@ def personalise(password: str, database: str) -> str:
         f"CREATE DATABASE {target};\n"
         "SET SESSION group_concat_max_len = 16777216;\n"
         f"SET @moves = (SELECT CONCAT('RENAME TABLE ', GROUP_CONCAT({moves} SEPARATOR ', ')) "
-        f"FROM information_schema.tables WHERE table_schema = '{SEED_DATABASE}' AND table_type = 'BASE TABLE');\n"
+        f"FROM information_schema.tables WHERE table_schema = '{SEED_DATABASE}' "
+        "AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED', 'SEQUENCE'));\n"
         "SET @moves = IFNULL(@moves, 'DO 0');\n"
         "PREPARE po_moves FROM @moves;\n"
         "EXECUTE po_moves;\n"
         "DEALLOCATE PREPARE po_moves;\n"
         f"GRANT ALL ON {target}.* TO '{USER}'@'%';\n"
+        # Nothing may be left behind in the seed's database: what a copy cannot carry fails it, loudly.
+        f"SELECT IF({_left('tables', 'table_schema')} + {_left('routines', 'routine_schema')} + "
+        f"{_left('triggers', 'trigger_schema')} + {_left('events', 'event_schema')} = 0, "
+        f"CONCAT('{DONE[:7]}', '{DONE[7:]}'), 'ERROR: the seed has views, triggers, routines or events, which a "
+        "copy cannot carry');\n"
         f"DROP DATABASE `{SEED_DATABASE}`;\n"
-        f"SELECT CONCAT('{DONE[:7]}', '{DONE[7:]}');\n"
     )
+
+
+def _left(table: str, column: str) -> str:
+    return f"(SELECT COUNT(*) FROM information_schema.{table} WHERE {column} = '{SEED_DATABASE}')"  # noqa: S608
 
 
 @hookimpl(trylast=True)

@@ -424,7 +424,8 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
 
 
 def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: bool = True,
-              repository_owned: bool = False, repository: str = "Codertocat/Hello-World") -> object:
+              repository_owned: bool = False, repository: str = "Codertocat/Hello-World",
+              head: str | None = None, codehost: str = "github") -> object:
     """BuildSteps.data_seed for a checkout in `tmp_path/work` and SNAPSHOTS_DIR `tmp_path/snapshots`: the DataSeed,
     or StepFailed's message."""
     from datetime import UTC, datetime
@@ -438,7 +439,8 @@ def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: 
 
     owner, name = repository.split("/")
     event = PullRequestEvent(delivery_id="d", action="opened", deployment_id=f"{SLUG}-4", project_slug=SLUG,
-                             repo_owner=owner, repo_name=name, pr_number=4, received_at=datetime.now(UTC))
+                             repo_owner=owner, repo_name=name, pr_number=4, received_at=datetime.now(UTC),
+                             head_repo_full_name=head or repository, codehost=codehost)
     work = tmp_path / "work"
     target = Target(f"{SLUG}-4", SLUG, 4, work, tmp_path / "git", DeploymentLog(tmp_path / "log"))
     config = parse_preview_config({**BASE, "database": database, "seed": seed}, KNOWN_ALL)
@@ -484,3 +486,11 @@ def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -
     assert "belongs to another repository" in str(seed_step(tmp_path, {"snapshot": "nightly.sql"},
                                                             repository="Codertocat/Hello.World"))  # the same slug
     assert "keeps no snapshot absent.sql" in str(seed_step(tmp_path, {"snapshot": "absent.sql"}))
+    # A fork's author is not the repository's: the operator's data is not theirs, approved or not.
+    assert "a pull request from a fork cannot use the operator's snapshots" in str(
+        seed_step(tmp_path, {"snapshot": "nightly.sql"}, head="mallory/Hello-World"))
+    # `owner/name` is a repository of the default code host; another host's must be named with its host.
+    gitlab = seed_step(tmp_path, {"snapshot": "nightly.sql"}, codehost="gitlab")
+    assert "belongs to another repository" in str(gitlab)
+    (folder / ".repository").write_text("gitlab/codertocat/hello-world\n")
+    assert isinstance(seed_step(tmp_path, {"snapshot": "nightly.sql"}, codehost="gitlab"), DataSeed)

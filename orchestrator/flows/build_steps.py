@@ -17,7 +17,7 @@ from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, inside
 from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.naming import branch_problem, mirror_name
+from orchestrator.common.naming import CODEHOST, branch_problem, mirror_name
 from orchestrator.common.path_glob import matching
 from orchestrator.common.text_table import printable
 from orchestrator.flows.context import FlowContext, StepFailed, Target
@@ -105,8 +105,8 @@ class BuildSteps:
         patterns = self.c.plugins.migrations(config.framework)
         if not patterns or not event.base_ref or branch_problem(event.base_ref) or not event.clone_url:
             return []
-        if event.head_repo_full_name and event.head_repo_full_name.lower() != f"{event.repo_owner}/{event.repo_name}" \
-                .lower():  # a fork's `origin` is the fork: its base branch is the fork's, the author's to move
+        # A fork's `origin` is the fork: its base branch is the fork's, the author's to move.
+        if event.from_fork and not event.local:
             target.log.note("migrations not looked for: the pull request comes from a fork")
             return []
         try:
@@ -301,6 +301,10 @@ class BuildSteps:
                 raise StepFailed(f"seed.file is not valid ({config.seed.file} is not a file in the repository)")
             name = path.name
         else:
+            # A fork's author is not the repository's: the operator's data is not theirs to read.
+            if event.from_fork and not event.local:
+                raise StepFailed("seed.snapshot is not valid (a pull request from a fork cannot use the operator's "
+                                 "snapshots)")
             name = str(config.seed.snapshot)
             path = snapshot_path(self.c.settings.snapshots_path, target.slug, event, name)
         return DataSeed(repository=event.repository, source=config.seed.source, name=name, path=str(path),
@@ -395,10 +399,14 @@ def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str
     except OSError:
         raise StepFailed(f"seed.snapshot is not valid (the operator's folder SNAPSHOTS_DIR/{slug}/ does not name "
                          "this repository in its .repository file)") from None
-    if not named & {f"{event.repo_owner}/{event.repo_name}".lower(), event.repository}:
+    # `owner/name` names a repository of the default code host; another host's is named `host/owner/name`
+    accepted = {event.repository} | ({f"{event.repo_owner}/{event.repo_name}".lower()}
+                                     if event.repository.startswith(f"{CODEHOST}/") else set())
+    if not named & accepted:
         raise StepFailed(f"seed.snapshot is not valid (SNAPSHOTS_DIR/{slug}/ belongs to another repository)")
     path = (folder / name).resolve()  # the operator's own links are followed
     if not path.is_file():
         raise StepFailed(f"seed.snapshot is not valid (the operator keeps no snapshot {name} for this repository "
                          f"in SNAPSHOTS_DIR/{slug}/)")
     return path
+

@@ -31,6 +31,7 @@ from orchestrator.runtime.database_seeds import (
     COMPOSE_VOLUME_LABEL,
     DatabaseSeeds,
     copy_container,
+    layer_volume,
     volume_name,
 )
 from orchestrator.settings import Settings
@@ -223,8 +224,18 @@ class ComposeRuntime:
 
         def fill() -> bool:
             try:
-                return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source,
-                                   layered=layered)
+                try:
+                    return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source,
+                                       layered=layered)
+                except SeedFailed as exc:
+                    if not layered:
+                        raise
+                    # An engine that cannot mount the overlay (user namespaces, a file system overlayfs refuses)
+                    log.note(f"layered copy of seed {key} failed ({exc.detail or exc.message}): copied instead")
+                    if not (copies.discard_volume(name) and copies.create_volume(name, labels, key, log,
+                                                                                 source=source)):
+                        raise
+                    return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
             finally:
                 seeds.release(key)
 
@@ -335,6 +346,8 @@ class ComposeRuntime:
                                log)
             for name in names:
                 self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
+                if layer_volume(name) in own:  # what a layered copy wrote: it pins its seed until removed
+                    self.docker.command(["volume", "rm", "--force", layer_volume(name)], log, timeout=120)
         log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
         return names
 

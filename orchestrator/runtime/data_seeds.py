@@ -335,21 +335,26 @@ class DataSeeds:
         return removed
 
     def remove(self, key: str) -> bool:
-        """Remove the seed `key` unless a restore or a copy uses it; False when it stays."""
+        """Remove the seed `key` unless a restore, a copy or a layered preview uses it; False when it stays. Holds
+        the seed's lock throughout, so that no deploy prepares it meanwhile."""
         with self._lock:
-            making = self._making.get(key)
-            if key in self._in_use or (making is not None and making.locked()):
-                return False
-            self._making.pop(key, None)
+            making = self._making.setdefault(key, threading.Lock())
+        if not making.acquire(blocking=False):  # being restored, or prepared by a deploy right now
+            return False
         try:
+            with self._lock:
+                if key in self._in_use:
+                    return False
             # A preview layered on it (DatabaseSeed.layered) reads its files: it stays until that preview goes.
             if self._docker(["volume", "ls", "--quiet", "--filter", f"label={LAYER_LABEL}={self.volume(key)}"]).split():
                 return False
             self._docker(["volume", "rm", "--force", self.volume(key)], timeout=120)
-        except CommandFailed as exc:  # in use by a copy's container: it stays, listed, for the next round
-            log.warning("data seed %s: its volume could not be removed: %s", key, exc)
+            (self._dir / f"{key}.json").unlink(missing_ok=True)
+        except CommandFailed as exc:  # the engine could not say or remove it: it stays, listed, for the next round
+            log.warning("data seed %s could not be removed: %s", key, exc)
             return False
-        (self._dir / f"{key}.json").unlink(missing_ok=True)
+        finally:
+            making.release()
         log.info("data seed %s removed", key)
         return True
 

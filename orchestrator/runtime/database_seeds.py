@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -146,6 +147,9 @@ class DatabaseSeeds:
             top = Path(self._mountpoint(layer))
             (top / "upper").mkdir(mode=0o755)
             (top / "work").mkdir(mode=0o700)
+            below = os.stat(lower)  # the overlay's root is the upper directory's: owned as the seed's root is
+            os.chown(top / "upper", below.st_uid, below.st_gid)
+            os.chmod(top / "upper", below.st_mode & 0o7777)
         except (CommandFailed, OSError) as exc:
             log_to.note(f"database seed copied, not layered ({exc})")
             self._quietly(["volume", "rm", "--force", layer])
