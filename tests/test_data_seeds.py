@@ -365,6 +365,7 @@ MYSQL_DUMP = "CREATE TABLE products (id int PRIMARY KEY, name varchar(40));\n" \
              "CREATE TABLE orders (id int PRIMARY KEY, product int,\n" \
              "  FOREIGN KEY (product) REFERENCES products (id));\n" \
              "INSERT INTO orders VALUES (10, 1);\n"
+A_VIEW = "CREATE VIEW cheap AS SELECT id FROM products WHERE id < 3;\n"
 MYSQL_BROKEN = "CREATE TABLE products (id int PRIMARY KEY);\nINSERT INTO products VALUES (1,\n"
 
 
@@ -407,6 +408,13 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
     assert stack.wait_for(12, "failed")["error"] == "The database seed could not be restored"
     assert "You have an error in your SQL syntax" in stack.wait_comment(12, "could not be restored")
 
+    # A seed with a view: a copy cannot carry it (it names the seed's database), so the deploy fails and says why.
+    viewed = make_pr_repo(stack.root / "repos", "go", "seed/mysql-view",
+                          config={**config, "seed": {"file": "demo.sql"}}, files={"demo.sql": MYSQL_DUMP + A_VIEW})
+    stack.send("opened", 16, viewed, viewed.sha_a)
+    assert stack.wait_for(16, "failed")["error"] == "The database seed could not be copied"
+    assert "the seed has views, triggers, routines or events" in stack.wait_comment(16, "could not be copied")
+
     # Without a `seed`: the first preview of the image makes an empty seed in the background, the next copies it.
     plain = make_pr_repo(stack.root / "repos", "go", "seed/mysql-plain", config=config)
     stack.send("opened", 10, plain, plain.sha_a)
@@ -419,7 +427,7 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
     stack.wait_for(11, "running", plain.sha_a)
     assert "database volume copied from seed" in stack.logs(11)
     assert mysql(11, "create table t (x int); insert into t values (1); select count(*) from t").stdout.strip() == "1"
-    for pr, pulled in ((8, repo), (9, repo), (10, plain), (11, plain), (12, broken)):
+    for pr, pulled in ((8, repo), (9, repo), (10, plain), (11, plain), (12, broken), (16, viewed)):
         stack.close(pr, pulled, pulled.sha_a)
 
 
