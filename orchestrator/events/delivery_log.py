@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from orchestrator.common.sqlite_file import open_wal
 from orchestrator.common.text_table import printable
 from orchestrator.state.records import DeliveryLogEntry, PullRequestEvent
 
@@ -77,11 +78,7 @@ class DeliveryLog:
         self.path = path
         self._keep = timedelta(days=keep_days)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db = open_wal(path, "NORMAL", _SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise DeliveryLogError(f"Delivery log {path} cannot be opened: {exc}") from exc
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from orchestrator.common.sqlite_file import open_wal
 from orchestrator.state.records import PullRequestEvent
 
 FINISHED = ("done", "failed", "superseded", "cancelled")
@@ -101,11 +102,7 @@ class Inbox:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            self._db = open_wal(path, "FULL", _SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(pull_request_clock)")}
             if "last_event" not in columns:  # a clock kept before the newest event was remembered
                 self._db.execute("ALTER TABLE pull_request_clock ADD COLUMN last_event TEXT NOT NULL DEFAULT ''")
