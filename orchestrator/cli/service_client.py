@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,18 +69,7 @@ def deliveries_table(entries: list[dict[str, Any]]) -> str:
 def list_deliveries(url: str, repository: str | None, pr: int | None, limit: int, as_json: bool) -> int:
     params = {key: str(value) for key, value in (("repository", repository), ("pr", pr), ("limit", limit))
               if value is not None}
-    response = _request("GET", url, "/api/deliveries", timeout=30, params=params)
-    if response.status_code != 200:
-        print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
-        return 1
-    entries = response.json()["deliveries"]
-    if as_json:
-        sys.stdout.write(response.text + "\n")
-    elif entries:
-        sys.stdout.write(deliveries_table(entries))
-    else:
-        print("No deliveries.")
-    return 0
+    return _list(url, "/api/deliveries", "deliveries", deliveries_table, "No deliveries.", as_json, params)
 
 
 def replay(url: str, entry: int) -> int:
@@ -102,17 +92,23 @@ def _request(method: str, url: str, path: str, timeout: float, body: dict[str, A
 
 
 def list_previews(url: str, as_json: bool) -> int:
-    response = _request("GET", url, "/api/previews", timeout=30)
+    return _list(url, "/api/previews", "deployments", previews_table, "No previews.", as_json)
+
+
+def _list(url: str, path: str, key: str, table: Callable[[list[dict[str, Any]]], str], empty: str, as_json: bool,
+          params: dict[str, str] | None = None) -> int:
+    """A listing of the service: its JSON as it came, or `table` of its `key` entries, or `empty`."""
+    response = _request("GET", url, path, timeout=30, params=params or {})
     if response.status_code != 200:
         print(f"preview-orchestrator: {_error(response)}", file=sys.stderr)
         return 1
-    deployments = response.json()["deployments"]
+    entries = response.json()[key]
     if as_json:
         sys.stdout.write(response.text + "\n")
-    elif deployments:
-        sys.stdout.write(previews_table(deployments))
+    elif entries:
+        sys.stdout.write(table(entries))
     else:
-        print("No previews.")
+        print(empty)
     return 0
 
 
