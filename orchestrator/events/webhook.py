@@ -12,11 +12,11 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from orchestrator.common.naming import CODEHOST, deployment_id, project_slug
+from orchestrator.common.naming import CODEHOST, deployment_id
 from orchestrator.events.commands import command_in
 from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.events.inbox import KEEP_FINISHED
-from orchestrator.flows.change_event import event_of
+from orchestrator.flows.change_event import checked_slug, event_of
 from orchestrator.plugin_api.codehost import (
     CodeHost,
     Delivery,
@@ -24,7 +24,7 @@ from orchestrator.plugin_api.codehost import (
     PullRequestComment,
     WebhookRejected,
 )
-from orchestrator.state.records import MAX_PR_NUMBER, PullRequestEvent
+from orchestrator.state.records import PullRequestEvent
 
 __all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "event_of", "parse_delivery"]
 log = logging.getLogger("orchestrator.events.webhook")
@@ -80,12 +80,7 @@ def _comment(host: CodeHost, comment: PullRequestComment, allowed_repos: frozens
                        "too long ago to run its command", about)
     if comment.comment_id is not None:  # the comment runs once, whatever the (unsigned) delivery header says
         delivery_id = f"{host.name}:comment:{comment.comment_id}"
-    if not 1 <= comment.number <= MAX_PR_NUMBER:
-        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
-    try:
-        slug = project_slug(comment.owner, comment.name)
-    except ValueError as exc:
-        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
+    slug = checked_slug(comment.owner, comment.name, comment.number)
     return PullRequestEvent(
         delivery_id=delivery_id, action="command", deployment_id=deployment_id(slug, comment.number),
         project_slug=slug, repo_owner=comment.owner, repo_name=comment.name, pr_number=comment.number,

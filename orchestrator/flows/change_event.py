@@ -13,16 +13,22 @@ from orchestrator.state.records import MAX_PR_NUMBER, EventTrigger, PullRequestE
 _NEEDS_HEAD = ("opened", "reopened", "synchronize")
 
 
+def checked_slug(owner: str, name: str, number: int) -> str:
+    """The project slug of a pull request's repository, once its number and names are checked; WebhookRejected(400)
+    says which is not valid."""
+    if not 1 <= number <= MAX_PR_NUMBER:
+        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
+    try:
+        return project_slug(owner, name)
+    except ValueError as exc:
+        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
+
+
 def event_of(codehost: str, change: PullRequestChange, action: str, delivery_id: str,
              trigger: EventTrigger | None = None) -> PullRequestEvent:
     """The event of a change (a delivery's, or the reconcile's look at the open pull requests) once its names,
     branch and commit are checked; WebhookRejected(400) says which is not valid."""
-    if not 1 <= change.number <= MAX_PR_NUMBER:
-        raise WebhookRejected(400, "Invalid payload: the pull request's number is not valid")
-    try:
-        slug = project_slug(change.owner, change.name)
-    except ValueError as exc:
-        raise WebhookRejected(400, f"Invalid payload: {exc}") from None
+    slug = checked_slug(change.owner, change.name, change.number)
     if change.head_ref is not None and (problem := branch_problem(change.head_ref)):
         raise WebhookRejected(400, f"Invalid payload: the head branch name {problem}")
     if change.head_sha is not None and not SHA_PATTERN.match(change.head_sha):
