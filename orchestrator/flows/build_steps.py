@@ -106,7 +106,7 @@ class BuildSteps:
         if not patterns or not event.base_ref or branch_problem(event.base_ref) or not event.clone_url:
             return []
         # A fork's `origin` is the fork: its base branch is the fork's, the author's to move.
-        if event.from_fork and not event.local:
+        if known_fork(event):
             target.log.note("migrations not looked for: the pull request comes from a fork")
             return []
         try:
@@ -302,7 +302,7 @@ class BuildSteps:
             name = path.name
         else:
             # A fork's author is not the repository's: the operator's data is not theirs to read.
-            if event.from_fork and not event.local:
+            if known_fork(event):
                 raise StepFailed("seed.snapshot is not valid (a pull request from a fork cannot use the operator's "
                                  "snapshots)")
             name = str(config.seed.snapshot)
@@ -410,3 +410,8 @@ def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str
                          f"in SNAPSHOTS_DIR/{slug}/)")
     return path
 
+
+def known_fork(event: PullRequestEvent) -> bool:
+    """The event names a head repository other than the base (a delivery's, an approval's, the reconcile's). An
+    event the service makes from its record (reset-db, redeploy) names none: the record does not keep it."""
+    return bool(event.head_repo_full_name) and not event.local and event.from_fork
