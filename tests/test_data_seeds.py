@@ -502,3 +502,23 @@ def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -
     assert "belongs to another repository" in str(gitlab)
     (folder / ".repository").write_text("gitlab/codertocat/hello-world\n")
     assert isinstance(seed_step(tmp_path, {"snapshot": "nightly.sql"}, codehost="gitlab"), DataSeed)
+
+
+def test_a_seed_container_is_awaited_until_ready_stopped_or_out_of_time() -> None:
+    from orchestrator.runtime.data_seeds import await_ready
+
+    def engine(answers: list[str], state: str = '{"Status": "running"}') -> object:
+        def docker(argv: list[str], timeout: float = 60) -> str:
+            if argv[0] == "exec":
+                if answers.pop(0) != "ok":
+                    raise CommandFailed(argv, 1, "not yet")
+                return ""
+            return state
+        return docker
+
+    pauses: list[float] = []
+    assert await_ready(engine(["no", "no", "ok"]), "seed", ["pg_isready"], 60, pauses.append) is None
+    assert len(pauses) == 2
+    stopped = engine(["no"], '{"Status": "exited", "ExitCode": 3}')
+    assert await_ready(stopped, "seed", ["pg_isready"], 60, pauses.append) == "exited with code 3"
+    assert await_ready(engine(["no"] * 5), "seed", ["pg_isready"], -1, pauses.append) == "not ready after -1s"

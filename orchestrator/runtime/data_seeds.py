@@ -25,7 +25,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,11 +216,10 @@ class DataSeeds:
             self._quietly(["rm", "--force", "--volumes", name])  # what an interrupted restore left
             self._quietly(["volume", "rm", "--force", name])
             labels = {DATA_SEED_LABEL: data.repository, OWNER_LABEL: self._env.marker}
-            label_args = [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
-            self._docker(["volume", "create", *label_args, name], log_to=log_to)
+            self._docker(["volume", "create", *label_args(labels), name], log_to=log_to)
             environment = [arg for pair in sorted(seed.environment.items()) for arg in ("--env", "=".join(pair))]
             dump = f"{SEED_INPUT}/dump{suffix}"
-            self._docker(["run", "--detach", "--name", name, "--network", "none", *BOUNDS, *label_args,
+            self._docker(["run", "--detach", "--name", name, "--network", "none", *BOUNDS, *label_args(labels),
                           "--mount", f"type=volume,source={name},target={seed.path}",
                           "--mount", f"type=bind,source={staged},target={dump},readonly",
                           *environment, image_id], log_to=log_to)
@@ -258,22 +257,16 @@ class DataSeeds:
         self.evict(keep=key)
 
     def _wait_ready(self, name: str, seed: DatabaseSeed, control: FlowControl) -> None:
-        started = time.monotonic()
-        while True:
-            try:
-                self._docker(["exec", name, *seed.ready], timeout=30)
-                return
-            except CommandFailed:
-                state = json.loads(self._docker(["container", "inspect", "--format", "{{json .State}}", name]))
-                if state.get("Status") != "running":
-                    raise SeedFailed("The database seed could not be restored",
-                                     f"the database exited with code {state.get('ExitCode')} before it was "
-                                     f"ready:\n{self._logs(name)}") from None
-                if time.monotonic() - started > READY_TIMEOUT:
-                    raise SeedFailed("The database seed could not be restored",
-                                     f"the database was not ready after {READY_TIMEOUT:.0f}s") from None
-            control.wait(READY_PAUSE)
+        def pause(seconds: float) -> None:
+            control.wait(seconds)
             control.check()
+
+        problem = await_ready(self._docker, name, seed.ready, READY_TIMEOUT, pause)
+        if problem is not None and problem.startswith("exited"):
+            raise SeedFailed("The database seed could not be restored",
+                             f"the database {problem} before it was ready:\n{self._logs(name)}")
+        if problem is not None:
+            raise SeedFailed("The database seed could not be restored", f"the database was {problem}")
 
     def _size(self, volume: str, image_id: str, path: str) -> int:
         """The seed's bytes, counted by the image's own `du` in a container of the service's (the one the
@@ -304,10 +297,6 @@ class DataSeeds:
             return ""
 
     # -- copies --------------------------------------------------------------------------------------------------
-
-    def present(self, key: str) -> bool:
-        """Whether the seed `key` can be copied (its marker is there; a reserved one stays)."""
-        return self.ready(key)
 
     def reserved(self, key: str) -> int:
         with self._lock:
@@ -375,6 +364,28 @@ class DataSeeds:
             self._docker(argv, timeout=120)
         except CommandFailed:
             pass
+
+
+def await_ready(docker: Callable[..., str], name: str, ready: list[str], timeout: float,
+                pause: Callable[[float], None]) -> str | None:
+    """Run `ready` in the seed's container `name` until it succeeds (None), pausing READY_PAUSE between tries; else
+    why it never will: `exited with code N` (the container stopped) or `not ready after Ns`."""
+    started = time.monotonic()
+    while True:
+        try:
+            docker(["exec", name, *ready], timeout=30)
+            return None
+        except CommandFailed:
+            state = json.loads(docker(["container", "inspect", "--format", "{{json .State}}", name]))
+            if state.get("Status") != "running":
+                return f"exited with code {state.get('ExitCode')}"
+            if time.monotonic() - started > timeout:
+                return f"not ready after {timeout:.0f}s"
+        pause(READY_PAUSE)
+
+
+def label_args(labels: dict[str, str]) -> list[str]:
+    return [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
 
 
 def listed_seeds(state_dir: Path) -> list[SeedInfo]:

@@ -32,7 +32,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.data_seeds import BOUNDS, LAYER_LABEL, error_lines
+from orchestrator.runtime.data_seeds import BOUNDS, LAYER_LABEL, await_ready, error_lines, label_args
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -42,7 +42,6 @@ COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
 MAKE_TIMEOUT = 300.0
 COPY_TIMEOUT = 120.0
-READY_PAUSE = 0.2
 
 
 class DatabaseSeeds:
@@ -120,7 +119,7 @@ class DatabaseSeeds:
         try:
             self._copying.mkdir(parents=True, exist_ok=True, mode=0o700)
             (self._copying / volume).write_text(nonce)  # before the volume exists: a crash from here on is seen
-            self._docker(["volume", "create", *(options or []), *_label_args({**labels, COPY_LABEL: nonce}),
+            self._docker(["volume", "create", *(options or []), *label_args({**labels, COPY_LABEL: nonce}),
                           volume], log_to=log_to)
             found = self._label(volume)
         except (CommandFailed, OSError) as exc:
@@ -143,7 +142,7 @@ class DatabaseSeeds:
         try:
             lower = self._mountpoint(source)
             self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
-            self._docker(["volume", "create", *_label_args({**own, LAYER_LABEL: source}), layer], log_to=log_to)
+            self._docker(["volume", "create", *label_args({**own, LAYER_LABEL: source}), layer], log_to=log_to)
             top = Path(self._mountpoint(layer))
             (top / "upper").mkdir(mode=0o755)
             (top / "work").mkdir(mode=0o700)
@@ -235,21 +234,13 @@ class DatabaseSeeds:
             self._quietly(["rm", "--force", "--volumes", name])  # a partial seed of an interrupted run
             self._quietly(["volume", "rm", "--force", name])
             labels = {SEED_LABEL: image, OWNER_LABEL: self._env.marker}
-            self._docker(["volume", "create", *_label_args(labels), name])
+            self._docker(["volume", "create", *label_args(labels), name])
             environment = [arg for pair in sorted(seed.environment.items()) for arg in ("--env", "=".join(pair))]
-            self._docker(["run", "--detach", "--name", name, "--network", "none", *_label_args(labels),
+            self._docker(["run", "--detach", "--name", name, "--network", "none", *label_args(labels),
                           "--mount", f"type=volume,source={name},target={seed.path}", *environment, image_id])
-            while True:
-                try:
-                    self._docker(["exec", name, *seed.ready], timeout=30)
-                    break
-                except CommandFailed:
-                    state = json.loads(self._docker(["container", "inspect", "--format", "{{json .State}}", name]))
-                    if state.get("Status") != "running":
-                        raise RuntimeError(f"the seed's container exited with code {state.get('ExitCode')}") from None
-                    if time.monotonic() - started > MAKE_TIMEOUT:
-                        raise RuntimeError(f"not ready after {MAKE_TIMEOUT:.0f}s") from None
-                time.sleep(READY_PAUSE)
+            problem = await_ready(self._docker, name, seed.ready, MAKE_TIMEOUT, time.sleep)
+            if problem is not None:
+                raise RuntimeError(f"the seed's container {problem}" if problem.startswith("exited") else problem)
             self._docker(["stop", "--time", "60", name], timeout=120)  # a clean shutdown: a copy needs no recovery
             self._docker(["rm", "--volumes", name])
             self._markers.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -296,7 +287,3 @@ def volume_name(project: str, key: str, volume: dict[str, Any]) -> str:
     """The engine's name of a compose file's volume `key`: its `name`, else `<project>_<key>`, as compose names
     it."""
     return str(volume.get("name") or f"{project}_{key}")
-
-
-def _label_args(labels: dict[str, str]) -> list[str]:
-    return [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
