@@ -127,11 +127,10 @@ class ComposeRuntime:
             return
         if self.seeds is None:
             return
-        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-        volume = (document.get("volumes") or {}).get(seed.volume)
-        image = ((document.get("services") or {}).get("db") or {}).get("image")
-        if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
+        found = _seed_volume(compose_file, seed)
+        if found is None:
             return
+        volume, image = found
         name = volume_name(deployment_id, seed.volume, volume)
         try:
             exists = self.docker.volume_exists(name)
@@ -145,7 +144,7 @@ class ComposeRuntime:
         if exists:  # half a copy, never a preview's data: removed with the containers holding it, then a new copy
             log.note(f"{name} holds a copy of a seed that was interrupted; it is made again")
             self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
-        found = self.seeds.key(str(image), seed)
+        found = self.seeds.key(image, seed)
         if found is None:  # not pulled yet: compose pulls it, a later preview makes the seed
             return
         key, image_id = found
@@ -158,7 +157,7 @@ class ComposeRuntime:
                 self._seeding[deployment_id] = Seeding(copy=copy)
         elif not self.seeds.ready(key):
             with self._lock:
-                self._seeding[deployment_id] = Seeding(unseeded=(str(image), image_id, key, seed))
+                self._seeding[deployment_id] = Seeding(unseeded=(image, image_id, key, seed))
 
     def _seed_from_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
                         log: DeploymentLog, control: FlowControl) -> None:
@@ -178,15 +177,14 @@ class ComposeRuntime:
                           log: DeploymentLog, control: FlowControl) -> None:
         if self.data_seeds is None or self.copies is None:
             raise SeedFailed("The compose runtime cannot restore a database seed")
-        document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-        volume = (document.get("volumes") or {}).get(seed.volume)
-        image = ((document.get("services") or {}).get("db") or {}).get("image")
-        if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
+        found = _seed_volume(compose_file, seed)
+        if found is None:
             raise SeedFailed("The database cannot be seeded",
                              f"the db service has no volume {seed.volume} of its own to hold the seed")
+        volume, image = found
         name = volume_name(deployment_id, seed.volume, volume)
-        image_id = self._image_id(deployment_id, compose_file, str(image), log, control)
-        key, content = self.data_seeds.prepare(str(image), image_id, seed, data, log, control)
+        image_id = self._image_id(self.copies, deployment_id, compose_file, image, log, control)
+        key, content = self.data_seeds.prepare(image, image_id, seed, data, log, control)
         try:  # reserved by prepare: released once the copy is done, or here when none is made
             filling = self._copy_data(deployment_id, compose_file, seed, data, name, volume, image_id, key,
                                       content, log, control)
@@ -206,7 +204,7 @@ class ComposeRuntime:
         with _failure("The database seed could not be copied", SeedFailed):
             exists = self.docker.volume_exists(name)
             if exists and not copies.interrupted(name):
-                if self._label(name, FROM_SEED_LABEL) == content:  # an update: the database keeps its own data
+                if copies.label(name, FROM_SEED_LABEL) == content:  # an update: the database keeps its own data
                     with self._lock:
                         self._seeding[deployment_id] = Seeding(existing=True)
                     return None
@@ -244,19 +242,16 @@ class ComposeRuntime:
             self._seeding[deployment_id] = Seeding(copy=SeedCopy(name, key, time.monotonic(), filling))
         return filling
 
-    def _image_id(self, deployment_id: str, compose_file: Path, image: str, log: DeploymentLog,
-                  control: FlowControl) -> str:
+    def _image_id(self, copies: DatabaseSeeds, deployment_id: str, compose_file: Path, image: str,
+                  log: DeploymentLog, control: FlowControl) -> str:
         """The id of the database's image, pulled first when the engine does not have it."""
         with _failure("The database seed could not be restored", SeedFailed):
-            try:
-                return self.docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip()
-            except CommandFailed:
-                self.compose.pull(deployment_id, compose_file, "db", log, control)
-                return self.docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip()
-
-    def _label(self, volume: str, label: str) -> str:
-        return self.docker.command(["volume", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}',
-                                    volume]).strip()
+            if (found := copies.image_id(image)) is not None:
+                return found
+            self.compose.pull(deployment_id, compose_file, "db", log, control)
+            if (found := copies.image_id(image)) is None:
+                raise SeedFailed("The database seed could not be restored", f"{image} is not on the engine")
+            return found
 
     def collect_garbage(self) -> list[str] | None:
         """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed (Runtime's optional
@@ -523,6 +518,17 @@ def _declared(compose_file: Path, services: list[str]) -> list[Container] | None
 def _services(compose_file: Path) -> dict[str, Any]:
     document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
     return dict(document.get("services") or {})
+
+
+def _seed_volume(compose_file: Path, seed: DatabaseSeed) -> tuple[dict[str, Any], str] | None:
+    """The compose file's declaration of the seed's volume and the db service's image, when the volume is the
+    preview's own (not external, the local driver); None otherwise."""
+    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+    volume = (document.get("volumes") or {}).get(seed.volume)
+    image = ((document.get("services") or {}).get("db") or {}).get("image")
+    if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
+        return None
+    return volume, str(image)
 
 
 @contextmanager

@@ -58,12 +58,18 @@ class DatabaseSeeds:
                 control: FlowControl | None = None, stdin: bytes | None = None) -> str:
         return self._engine.command(argv, log_to, timeout, control, stdin)
 
+    def image_id(self, image: str) -> str | None:
+        """The id of `image` on the engine; None when it is not there (yet)."""
+        try:
+            return self._docker(["image", "inspect", "--format", "{{.Id}}", image]).strip()
+        except CommandFailed:
+            return None
+
     def key(self, image: str, seed: DatabaseSeed) -> tuple[str, str] | None:
         """The key of a seed of `image` made by `seed`, and the image's id (what seeds and copies run, so a tag
         that moves meanwhile changes nothing); None when the image is not on the engine (yet)."""
-        try:
-            image_id = self._docker(["image", "inspect", "--format", "{{.Id}}", image]).strip()
-        except CommandFailed:
+        image_id = self.image_id(image)
+        if image_id is None:
             return None
         recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:20], image_id
@@ -84,12 +90,13 @@ class DatabaseSeeds:
         except OSError:
             return False
         try:
-            return bool(nonce) and self._label(volume) == nonce
+            return bool(nonce) and self.label(volume) == nonce
         except CommandFailed:
             return False
 
-    def _label(self, volume: str) -> str:
-        return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{COPY_LABEL}"}}}}', volume]).strip()
+    def label(self, volume: str, name: str = COPY_LABEL) -> str:
+        """The volume's label `name` (by default the nonce of the copy it was created for); "" when it has none."""
+        return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{name}"}}}}', volume]).strip()
 
     def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog,
                       source: str | None = None) -> bool:
@@ -121,7 +128,7 @@ class DatabaseSeeds:
             (self._copying / volume).write_text(nonce)  # before the volume exists: a crash from here on is seen
             self._docker(["volume", "create", *(options or []), *label_args({**labels, COPY_LABEL: nonce}),
                           volume], log_to=log_to)
-            found = self._label(volume)
+            found = self.label(volume)
         except (CommandFailed, OSError) as exc:
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
             return False
