@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
@@ -162,21 +162,7 @@ class Settings(PluginSettings):
     preview_label: str = Field(default="", max_length=50)
     # Where previews are built and run: a runtime a plugin provides (`po_runtimes`); `compose` is built in.
     runtime: str = Field(default="compose", pattern=r"^[a-z][a-z0-9-]{0,30}$")
-    # RUNTIME=swarm (docs/scaling.md): the registry every node pulls from (`host[:port][/namespace]`), the scheme
-    # of its HTTP API (tag deletion), and the Docker engines of the nodes (`hostname=docker-host,...`): only a
-    # node's own engine removes its volumes and the images it pulled.
-    swarm_registry: str = Field(default="", validate_default=True, max_length=200,
-                                pattern=r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*)?$")
-    swarm_registry_scheme: Literal["https", "http"] = "https"
-    # The registry's credentials (htpasswd): the service pushes with them and hands them to the nodes
-    # (`--with-registry-auth`); a preview's containers have none, so they can neither read nor change it.
-    swarm_registry_user: str = Field(default="", max_length=100, pattern=r"^[A-Za-z0-9._-]*$")
-    swarm_registry_password: SecretStr = SecretStr("")
-    swarm_node_engines: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
-    # The registry's garbage collection (runtime/swarm/gc.py), run as an argument list on this host every
-    # SWARM_REGISTRY_GC_INTERVAL_SECONDS (0: never); empty: the operator collects (docs/scaling.md).
-    swarm_registry_gc_command: str = Field(default="", max_length=1000)
-    swarm_registry_gc_interval_seconds: float = Field(default=86400.0, ge=0)
+    # RUNTIME=swarm reads its own SWARM_* settings (orchestrator/runtime/swarm/settings.py).
     codehost_retry_base_seconds: float = Field(default=1.0, ge=0, le=60)
     # Report each deploy through the code host's Deployments API too (the "View deployment" button).
     codehost_deployments: bool = True
@@ -210,29 +196,6 @@ class Settings(PluginSettings):
                 raise ValueError(f"{protocol!r} is not one of https, http, ssh, git, file")
         return protocols
 
-    @field_validator("swarm_registry")
-    @classmethod
-    def _registry_for_swarm(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("runtime") == "swarm" and not value:
-            raise ValueError("must be set when RUNTIME=swarm (host:port of a registry every node can pull from)")
-        return value
-
-    @field_validator("swarm_node_engines", mode="before")
-    @classmethod
-    def _engines(cls, value: Any) -> dict[str, str]:
-        if isinstance(value, dict):
-            return value
-        engines: dict[str, str] = {}
-        for pair in str(value or "").split(","):
-            node, sep, host = pair.strip().partition("=")
-            if not pair.strip():
-                continue
-            if not sep or not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$", node) or not re.match(
-                    r"^(unix|tcp|ssh)://\S+$", host):
-                raise ValueError(f"entry {pair.strip()[:80]!r} is not of the form hostname=unix://|tcp://|ssh://...")
-            engines[node] = host
-        return engines
-
     @field_validator("event_handler")
     @classmethod
     def _handler(cls, value: str) -> str:
@@ -245,12 +208,6 @@ class Settings(PluginSettings):
     def _command(cls, value: str) -> str:
         if not shlex.split(value):
             raise ValueError("must name a program")
-        return value
-
-    @field_validator("swarm_registry_gc_command")
-    @classmethod
-    def _optional_command(cls, value: str) -> str:
-        shlex.split(value)  # quotes that do not close are refused here, not at the first collection
         return value
 
     @field_validator("allowed_repos", mode="before")
@@ -284,12 +241,6 @@ class Settings(PluginSettings):
         problems = routing_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
-        return self
-
-    @model_validator(mode="after")
-    def _registry_credentials(self) -> Settings:
-        if bool(self.swarm_registry_user) != bool(self.swarm_registry_password.get_secret_value()):
-            raise ValueError("SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together, or neither")
         return self
 
     @model_validator(mode="after")
@@ -339,11 +290,6 @@ class Settings(PluginSettings):
     def snapshots_path(self) -> Path:
         """Where the operator keeps snapshots a repository's `seed` may name (one directory per project slug)."""
         return self.snapshots_dir or self.state_dir / "snapshots"
-
-    @property
-    def swarm_registry_credentials(self) -> tuple[str, str] | None:
-        password = self.swarm_registry_password.get_secret_value()
-        return (self.swarm_registry_user, password) if password else None
 
     @property
     def db_password_key_path(self) -> Path:
@@ -416,7 +362,7 @@ class Settings(PluginSettings):
     def secret_values(self) -> list[str]:
         return [
             s.get_secret_value()
-            for s in (self.codehost_token, self.codehost_webhook_secret, self.swarm_registry_password,
+            for s in (self.codehost_token, self.codehost_webhook_secret,
                       self.gitea_token, self.gitea_webhook_secret, self.gitlab_token, self.gitlab_webhook_secret)
             if s.get_secret_value()
         ]
@@ -492,7 +438,7 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc)) from None
+        raise SettingsError(describe_errors(exc)) from None
 
 
 WEBHOOK_SECRET_MISSING = "CODEHOST_WEBHOOK_SECRET is required but not set"  # noqa: S105 - a message
@@ -519,13 +465,14 @@ def load_plugin_settings(**overrides: Any) -> PluginSettings:
     try:
         return PluginSettings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc)) from None
+        raise SettingsError(describe_errors(exc)) from None
 
 
-def _describe(exc: ValidationError) -> list[str]:
+def describe_errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    """pydantic's report as one sentence per variable (`prefix` + the field's name, upper case), never a value."""
     lines: list[str] = []
     for error in exc.errors(include_input=False, include_url=False):
-        variable = str(error["loc"][0]).upper() if error["loc"] else "SETTINGS"
+        variable = (prefix + str(error["loc"][0])).upper() if error["loc"] else "SETTINGS"
         if error["type"] == "missing":
             lines.append(f"{variable} is required but not set")
             continue

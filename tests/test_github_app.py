@@ -94,6 +94,22 @@ def test_the_token_is_refreshed_before_it_expires(fake: FakeCodeHost, keys: tupl
     assert paths(fake).count("GET /repos/acme/api/installation") == 1  # the installation is kept too
 
 
+def test_installation_tokens_are_masked_as_they_come_and_go(fake: FakeCodeHost, keys: tuple[bytes, bytes]) -> None:
+    """The tokens are fetched and renewed while the service runs: what logs mask is asked for each time."""
+    fake.token_lifetime = REFRESH_MARGIN + 30
+    now = [time.time()]
+    host = app_host(fake, keys[0], now)
+    hosts = CodeHosts([host])
+    assert host.secrets() == ["webhook-secret"]  # no token held yet
+    host.upsert_comment("acme", "api", 3, None, "one")
+    first = next(iter(fake.issued))
+    assert first in host.secrets() and first in hosts.masked([])
+    now[0] += 35  # within the margin: renewed
+    host.upsert_comment("acme", "api", 3, None, "two")
+    second = next(token for token in fake.issued if token != first)
+    assert second in hosts.masked([])
+
+
 def test_another_key_or_a_repository_without_the_app_is_refused(fake: FakeCodeHost,
                                                                  keys: tuple[bytes, bytes]) -> None:
     stranger = app_host(fake, key_pair()[0])

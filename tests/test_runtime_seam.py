@@ -18,6 +18,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.plugin_api import (
     DeploymentLog,
     FlowControl,
+    Runtime,
     RuntimeFailure,
     RuntimeSpec,
     hookimpl,
@@ -31,7 +32,7 @@ from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.repos import config_for
 
 
-class RecordingRuntime:
+class RecordingRuntime(Runtime):
     """Answers like a runtime whose app is a local HTTP server; records every call with what it was given."""
 
     name = "recording"
@@ -253,8 +254,33 @@ def _db_password(engine: DeployEngine) -> str:
     return make_context("acme", "api", 3, 1, 1, engine.context.password_key()).db_password
 
 
-def test_every_built_in_runtime_implements_the_whole_interface(make_settings: SettingsFactory) -> None:
+def test_every_built_in_runtime_implements_the_whole_interface(make_settings: SettingsFactory,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     host = build_plugin_host(load_entry_points=False)
-    settings = make_settings(swarm_registry="127.0.0.1:5000")
+    monkeypatch.setenv("SWARM_REGISTRY", "127.0.0.1:5000")
+    settings = make_settings()
     for name in sorted(host.provided.runtimes):
-        assert host.runtime(name, settings).name == name  # PluginError when a method of Runtime is missing
+        assert host.runtime(name, settings).name == name  # PluginError when a required method is missing
+
+
+def test_a_runtime_that_misses_a_required_method_is_refused_at_start_up(make_settings: SettingsFactory) -> None:
+    """Not at its first deploy: the base's NotImplementedError would otherwise fail a pull request's preview."""
+
+    class Half(Runtime):
+        name = "half"
+
+        def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+            pass
+
+    class HalfPlugin:
+        @hookimpl
+        def po_runtimes(self) -> list[RuntimeSpec]:
+            return [RuntimeSpec(name="half")]
+
+        @hookimpl
+        def po_runtime(self, name: str, settings: Any) -> Runtime | None:
+            return Half() if name == "half" else None
+
+    host = build_plugin_host(load_entry_points=False, extra_plugins=[("half-runtime", HalfPlugin())])
+    with pytest.raises(PluginError, match=r"runtime 'half' does not implement read, image_command, start, stop"):
+        host.runtime("half", make_settings(runtime="half"))

@@ -73,8 +73,6 @@ def test_public_url_falls_back_to_preview_base_url(public, base, expected) -> No
         ({"webhook_processing": "later"}, "WEBHOOK_PROCESSING is not valid"),
         ({"max_concurrent_builds": "0"}, "MAX_CONCURRENT_BUILDS is not valid"),
         ({"preview_base_url": "ftp://x"}, "PREVIEW_BASE_URL is not valid"),
-        ({"swarm_registry_gc_command": "docker-registry garbage-collect 'unclosed"},
-         "SWARM_REGISTRY_GC_COMMAND is not valid"),
     ],
 )
 def test_malformed_values_name_the_variable(overrides: dict[str, str], variable: str) -> None:
@@ -83,17 +81,6 @@ def test_malformed_values_name_the_variable(overrides: dict[str, str], variable:
     assert len(caught.value.lines) == 1
     assert caught.value.lines[0].startswith(variable)
     assert SECRET_VALUE not in str(caught.value)
-
-
-def test_swarm_registry_credentials_come_together_and_are_masked() -> None:
-    for half in ({"swarm_registry_user": "po-service"}, {"swarm_registry_password": SECRET_VALUE}):
-        with pytest.raises(SettingsError, match="SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together"):
-            _load(codehost_webhook_secret="s", **half)
-    settings = _load(codehost_webhook_secret="s", swarm_registry_user="po-service",
-                     swarm_registry_password=SECRET_VALUE)
-    assert settings.swarm_registry_credentials == ("po-service", SECRET_VALUE)
-    assert SECRET_VALUE in settings.secret_values()
-    assert _load(codehost_webhook_secret="s").swarm_registry_credentials is None
 
 
 def test_missing_or_empty_secret_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

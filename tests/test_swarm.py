@@ -188,6 +188,9 @@ def test_previews_on_a_three_node_swarm(cluster: SwarmCluster, stack: Stack) -> 
     assert answers == [401] * 5, answers
     assert cluster.registry_tags()[f"{SLUG}-1/app"] == tags
     assert stack.page(1).text == "python says: commit B\n"
+    # Nor does the manager keep a tag of what it pushed, which a Dockerfile's FROM would find without credentials.
+    kept = cluster.manager.docker("images", "--format", "{{.Repository}}").splitlines()
+    assert not [name for name in kept if name.startswith(cluster.registry)], kept
 
     for pr, repo in ((2, second), (1, first)):
         stack.close(pr, repo, repo.sha_b)

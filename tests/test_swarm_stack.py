@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl, unlimited
-from orchestrator.plugin_api import Check, RuntimeFailure, app_address
+from orchestrator.plugin_api import Check, Runtime, RuntimeFailure, read_own_settings
 from orchestrator.runtime.swarm.cli import SwarmNode, Task
 from orchestrator.runtime.swarm.gc import GC_FILE, GcRun, PushGate, due
 from orchestrator.runtime.swarm.registry import Registry
@@ -111,6 +110,20 @@ def test_what_a_swarm_cannot_honour_is_refused_all_at_once() -> None:
     assert "service app: tmpfs options size=64m cannot be honoured on a Docker Swarm" in problems
     assert any(p.startswith("service redis: network_mode cannot be honoured") for p in problems)
     assert any(p.startswith("service redis: ipc cannot be honoured") for p in problems)
+
+
+def test_an_image_in_the_service_s_registry_is_refused() -> None:
+    """Another preview's pushed image is named `{SWARM_REGISTRY}/{its deployment id}/{service}:{tag}`: a compose
+    file naming it would be mirrored by the manager, or pulled by a node, with the service's credentials."""
+    document = copy.deepcopy(GENERATED)
+    document["services"]["app"]["image"] = "10.0.0.1:5000/acme-web-3/app:0123456789ab"
+    with pytest.raises(StackRefused) as refused:
+        plan_stack(document, DEP, IMAGES, "node-a", registry_host="10.0.0.1:5000")
+    assert refused.value.problems == ["service app: image 10.0.0.1:5000/acme-web-3/app:0123456789ab is in the "
+                                      "service's registry (SWARM_REGISTRY), where only the service puts a "
+                                      "preview's images"]
+    document["services"]["app"]["image"] = "10.0.0.2:5000/acme-web-3/app:0123456789ab"  # another registry
+    assert plan_stack(document, DEP, IMAGES, "node-a", registry_host="10.0.0.1:5000").document
 
 
 @pytest.mark.parametrize(("restart", "policy"), [
@@ -282,31 +295,65 @@ def test_registry_names_keep_the_deployment_a_whole_path_component() -> None:
         "reg.example:5000/previews/mirror/localhost-5000/team/db:c1"
 
 
-def test_swarm_settings(make_settings: SettingsFactory) -> None:
+def test_swarm_settings_are_the_runtime_s_own(make_settings: SettingsFactory,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """SWARM_* are read by the swarm runtime (orchestrator/runtime/swarm/settings.py), not the core settings: a bad
+    one stops start-up only where RUNTIME=swarm, and doctor names it."""
+    from orchestrator.cli.doctor import _runtime_checks
+    from orchestrator.rendering.plugin_host import build_plugin_host
+    from orchestrator.runtime.swarm.settings import SwarmSettings
+
+    def own(**env: str) -> SwarmSettings:
+        for name in ("SWARM_REGISTRY", "SWARM_NODE_ENGINES", "SWARM_REGISTRY_USER", "SWARM_REGISTRY_PASSWORD",
+                     "SWARM_REGISTRY_GC_COMMAND"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return read_own_settings(SwarmSettings, _env_file=None)
+
     with pytest.raises(SettingsError, match="SWARM_REGISTRY is not valid: must be set when RUNTIME=swarm"):
-        make_settings(runtime="swarm")
-    settings = make_settings(runtime="swarm", swarm_registry="10.0.0.1:5000",
-                             swarm_node_engines="worker1=ssh://root@w1, worker2=unix:///run/w2.sock")
-    assert settings.swarm_node_engines == {"worker1": "ssh://root@w1", "worker2": "unix:///run/w2.sock"}
+        own()
+    settings = own(SWARM_REGISTRY="10.0.0.1:5000", SWARM_NODE_ENGINES="worker1=ssh://root@w1, worker2=unix:///run/w2.sock")
+    assert settings.node_engines == {"worker1": "ssh://root@w1", "worker2": "unix:///run/w2.sock"}
+    assert settings.registry_credentials is None and settings.secret_values() == []
     with pytest.raises(SettingsError, match="SWARM_NODE_ENGINES is not valid"):
-        make_settings(swarm_node_engines="worker1=/run/w1.sock")
+        own(SWARM_REGISTRY="10.0.0.1:5000", SWARM_NODE_ENGINES="worker1=/run/w1.sock")
+    with pytest.raises(SettingsError, match="SWARM_REGISTRY_GC_COMMAND is not valid"):
+        own(SWARM_REGISTRY="10.0.0.1:5000", SWARM_REGISTRY_GC_COMMAND="docker-registry garbage-collect 'unclosed")
+    for half in ({"SWARM_REGISTRY_USER": "po-service"}, {"SWARM_REGISTRY_PASSWORD": "s3cret-value"}):
+        with pytest.raises(SettingsError, match="SWARM_REGISTRY_USER and SWARM_REGISTRY_PASSWORD are set together"):
+            own(SWARM_REGISTRY="10.0.0.1:5000", **half)
+    both = own(SWARM_REGISTRY="10.0.0.1:5000", SWARM_REGISTRY_USER="po-service", SWARM_REGISTRY_PASSWORD="s3cret-value")
+    assert both.registry_credentials == ("po-service", "s3cret-value") and both.secret_values() == ["s3cret-value"]
+
+    # The core settings know none of them: a compose service starts whatever SWARM_* says.
+    monkeypatch.delenv("SWARM_REGISTRY")
+    monkeypatch.setenv("SWARM_NODE_ENGINES", "worker1=/run/w1.sock")
+    assert not hasattr(make_settings(), "swarm_registry")
+    [line] = _runtime_checks(make_settings(runtime="swarm"), build_plugin_host(load_entry_points=False))
+    assert line.hard and not line.ok and line.name == "the runtime (RUNTIME=swarm)'s settings"
+    assert "SWARM_REGISTRY is not valid" in line.detail and "SWARM_NODE_ENGINES is not valid" in line.detail
 
 
 def test_doctor_shows_the_runtimes_own_lines(make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """A runtime brings its own doctor lines (`checks()`); doctor has no case of its own for any runtime. Here the
     swarm's, against an engine that is no swarm manager (a socket nobody serves)."""
     from orchestrator.cli.doctor import _runtime_checks
-    from orchestrator.plugin_api.runtime import runtime_checks
     from orchestrator.rendering.plugin_host import build_plugin_host
 
-    assert runtime_checks(types.SimpleNamespace()) == []  # type: ignore[arg-type]
-    lines = [check.line() for check in runtime_checks(
-        types.SimpleNamespace(checks=lambda: [Check("the flux capacitor", False, "cold", "warm it")]))]  # type: ignore[arg-type]
-    assert lines == ["✗ the flux capacitor: cold — fix: warm it"]
+    class Flux(Runtime):
+        name = "flux"
+
+        def checks(self) -> list[Check]:
+            return [Check("the flux capacitor", False, "cold", "warm it")]
+
+    assert Runtime().checks() == []
+    assert [check.line() for check in Flux().checks()] == ["✗ the flux capacitor: cold — fix: warm it"]
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("SWARM_REGISTRY", "127.0.0.1:9")
+    monkeypatch.setenv("SWARM_REGISTRY_SCHEME", "http")
     plugins = build_plugin_host(load_entry_points=False)
-    checks = _runtime_checks(make_settings(runtime="swarm", swarm_registry="127.0.0.1:9", swarm_registry_scheme="http"),
-                             plugins)
+    checks = _runtime_checks(make_settings(runtime="swarm"), plugins)
     names = [check.name for check in checks]
     assert names[0] == "this Docker engine is a swarm manager (RUNTIME=swarm)" and checks[0].hard
     assert not checks[0].ok and "registry garbage collection (SWARM_REGISTRY_GC_COMMAND)" in names
@@ -315,15 +362,22 @@ def test_doctor_shows_the_runtimes_own_lines(make_settings: SettingsFactory, mon
 
 
 def test_a_runtime_without_app_address_is_proxied_on_this_host() -> None:
-    class Plain:
-        pass
+    class Plain(Runtime):
+        name = "plain"
 
-    class Remote:
+    class Remote(Runtime):
+        name = "remote"
+
         def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
             return "10.1.0.12", app_port
 
-    assert app_address(Plain(), DEP, 8003) == ("127.0.0.1", 8003)  # type: ignore[arg-type]
-    assert app_address(Remote(), DEP, 8003) == ("10.1.0.12", 8003)  # type: ignore[arg-type]
+        def app_address_before_start(self, app_port: int) -> tuple[str, int] | None:
+            return None
+
+    assert Plain().app_address(DEP, 8003) == ("127.0.0.1", 8003)
+    assert Plain().app_address_before_start(8003) == ("127.0.0.1", 8003)
+    assert Remote().app_address(DEP, 8003) == ("10.1.0.12", 8003)
+    assert Remote().app_address_before_start(8003) is None
 
 
 def test_the_route_proxies_to_the_host_the_runtime_names(tmp_path: Path) -> None:
@@ -342,10 +396,9 @@ def test_a_swarm_route_hands_the_update_gap_to_the_service(tmp_path: Path) -> No
     swarm preview never does."""
     from orchestrator.adapters.host_env import HostEnv
     from orchestrator.adapters.nginx import Proxy, Routing
-    from orchestrator.plugin_api.runtime import updates_leave_gap
     from orchestrator.runtime.swarm import SwarmRuntime
 
-    assert updates_leave_gap(SwarmRuntime.__new__(SwarmRuntime))
+    assert SwarmRuntime.updates_leave_gap and not Runtime.updates_leave_gap
     routing = Routing(hand_off=True, wake_key=tmp_path / "wake.key")
     route = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path), routing=routing).route(
         "acme-api", 3, DEP, 8003, "10.1.0.12", subject=subject_of(DEP))

@@ -29,9 +29,8 @@ from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely
-from orchestrator.plugin_api.runtime import runtime_checks
 from orchestrator.rendering.plugin_host import PluginError, PluginHost, build_plugin_host
-from orchestrator.settings import DEFAULT_CODEHOST, Settings
+from orchestrator.settings import DEFAULT_CODEHOST, Settings, SettingsError
 from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
 
@@ -96,9 +95,12 @@ def _runtime_checks(settings: Settings, plugins: PluginHost | PluginError) -> li
         if isinstance(plugins, PluginError):
             raise plugins
         runtime = plugins.runtime(settings.runtime, settings)
-        return runtime_checks(runtime)
+        return runtime.checks()
     except PluginError as exc:
         return [Check(name, False, str(exc), "set RUNTIME to one `preview-orchestrator plugins` lists", hard=True)]
+    except SettingsError as exc:  # the runtime's own settings (SWARM_*)
+        return [Check(f"{name}'s settings", False, "; ".join(exc.lines), "set them (docs/configuration.md)",
+                      hard=True)]
     except Exception as exc:  # noqa: BLE001 - a runtime whose checks break is reported, never a crash of doctor
         return [Check(name, False, f"its checks could not run ({type(exc).__name__}: {exc})")]
 

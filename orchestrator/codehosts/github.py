@@ -83,6 +83,10 @@ class GitHub(ApiCodeHost):
         super().__init__(api, url, token, secret)
         self.app = app
 
+    def secrets(self) -> list[str]:
+        # A GitHub App's installation tokens are fetched and renewed while the service runs: asked each time.
+        return [*super().secrets(), *(self.app.tokens() if self.app is not None else [])]
+
     def _as(self, owner: str, repo: str) -> dict[str, str]:
         """The headers a call about `owner/repo` adds: a GitHub App's installation token (else the client's
         CODEHOST_TOKEN)."""

@@ -24,13 +24,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
-from orchestrator.plugin_api.runtime import (
-    RuntimeFailure,
-    SeedFailed,
-    app_address,
-    app_address_before_start,
-    seed_database,
-)
+from orchestrator.plugin_api.runtime import RuntimeFailure, SeedFailed
 from orchestrator.plugin_api.types import DataSeed, RenderContext
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
@@ -84,7 +78,7 @@ class BuildSteps:
             data = self.data_seed(event, target, config, rendered)
         with ThreadPoolExecutor(1, thread_name_prefix="route") as pool:
             prepared = None
-            if (address := app_address_before_start(self.c.runtime, record.exposedAppPort)) is not None:
+            if (address := self.c.runtime.app_address_before_start(record.exposedAppPort)) is not None:
                 prepared = pool.submit(self.prepare_route, event, target, address, route_served, control)
             try:
                 compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock, data)
@@ -130,7 +124,10 @@ class BuildSteps:
 
         def dependencies() -> None:
             if rendered.seed is not None:  # a new preview's database volume from a seed, where the runtime can
-                seed_database(runtime, event.deployment_id, compose_file, rendered.seed, target.log, control, data)
+                if data is not None and not runtime.restores_seeds:
+                    raise SeedFailed(f"The {runtime.name} runtime cannot restore a database seed")
+                runtime.seed_database(event.deployment_id, compose_file, rendered.seed, target.log, control,
+                                      data=data)
             runtime.start_dependencies(event.deployment_id, compose_file, target.log, control)
 
         with ThreadPoolExecutor(1, thread_name_prefix="dependencies") as pool:
@@ -208,7 +205,7 @@ class BuildSteps:
     def install_route(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                       route_served: bool) -> None:
         try:
-            host, port = app_address(self.c.runtime, event.deployment_id, record.exposedAppPort)
+            host, port = self.c.runtime.app_address(event.deployment_id, record.exposedAppPort)
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
                                  served=route_served, host=host, subject=event.subject)
         except RuntimeFailure as exc:

@@ -30,7 +30,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.reporting import CODEHOST_ERRORS, Reporter
 from orchestrator.plugin_api.codehost import CodeHost, WebhookRejected
-from orchestrator.plugin_api.runtime import RuntimeFailure, can_reset_database, reset_database
+from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 
 log = logging.getLogger("orchestrator.flows.commands")
@@ -98,11 +98,11 @@ class CommandFlow:
         if existing is None or compose_file is None:
             self._reply(host, event, "There is no preview whose database could be reset.")
             return
-        if not can_reset_database(self.c.runtime):
+        if not self.c.runtime.can_reset_database:
             self._reply(host, event, f"The {self.c.runtime.name} runtime cannot reset a preview's database.")
             return
         try:
-            reset_database(self.c.runtime, event.deployment_id, compose_file, target.log)
+            self.c.runtime.reset_database(event.deployment_id, compose_file, target.log)
         except RuntimeFailure as exc:
             self._reply(host, event, f"The database was not reset: {exc.message}.")
             raise FlowError(exc.message) from None

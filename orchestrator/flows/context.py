@@ -16,7 +16,7 @@ from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime, can_sleep, updates_leave_gap
+from orchestrator.plugin_api.runtime import Runtime
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
 from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
@@ -68,12 +68,12 @@ class FlowContext:
         self.git = Git(codehosts.clone_authorization, settings.allowed_clone_protocols,
                        settings.git_timeout_seconds, self.env, Mirrors(settings.state_dir / "mirrors"))
         # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: nginx.py
-        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and can_sleep(runtime),
-                                        hand_off=updates_leave_gap(runtime))
+        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and runtime.can_sleep,
+                                        hand_off=runtime.updates_leave_gap)
         self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
                                             self.env, settings.build_commands_user,
                                             lambda image: settings.image_overrides.get(image, image))
-        self._secrets = codehosts.masked(settings.secret_values())
+        self._codehosts = codehosts
         self._password_key: bytes | None = None
 
     def target(self, slug: str, pr: int, deployment_id: str) -> Target:
@@ -96,7 +96,8 @@ class FlowContext:
     def mask(self, text: str) -> str:
         """The service's own secrets never reach a comment, nor the ids of build caches (a build's output names
         them; a pull request's own Dockerfile that knew one could write into that cache)."""
-        for secret in self._secrets:
+        # Asked each time: a code host's tokens may be renewed while the service runs (a GitHub App's).
+        for secret in self._codehosts.masked([*self.settings.secret_values(), *self.runtime.secrets()]):
             text = text.replace(secret, "***")
         return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text)
 

@@ -28,7 +28,7 @@ from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime, collect_garbage
+from orchestrator.plugin_api.runtime import Runtime
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
@@ -99,7 +99,14 @@ class DeployEngine:
         return self.reconciler.unfinished_cleanups()
 
     def collect_garbage(self) -> bool:
-        return collect_garbage(self.runtime)
+        return self.runtime.collect_garbage()
+
+    @property
+    def garbage_interval_seconds(self) -> float:
+        return self.runtime.garbage_interval_seconds
+
+    def secrets(self) -> list[str]:
+        return self.runtime.secrets()
 
     def password_key(self) -> bytes:
         return self.context.password_key()

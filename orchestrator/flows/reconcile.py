@@ -18,7 +18,7 @@ from orchestrator.flows.cleanup import incomplete
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.records import mark_lost, set_fields
 from orchestrator.flows.reporting import Reporter
-from orchestrator.plugin_api.runtime import RuntimeFailure, lost_previews
+from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.records import DeploymentRecord, StoreFile, event_for_record
 
 log = logging.getLogger("orchestrator.flows.reconcile")
@@ -72,7 +72,7 @@ class Reconciler:
         """Running previews the runtime knows to be gone (a swarm node that left): failed, with the reason in the
         record, the comment and the deployment status; the next push deploys them again. Returns how many."""
         running = [r for r in self.c.store.read().deployments.values() if r.status == "running"]
-        lost = self._quietly(lambda: lost_previews(self.c.runtime, [r.deploymentId for r in running])) or {}
+        lost = self._quietly(lambda: self.c.runtime.lost_previews([r.deploymentId for r in running])) or {}
         reported = 0
         for record in running:
             why = lost.get(record.deploymentId)

@@ -27,7 +27,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import mark_sleeping, set_fields
 from orchestrator.flows.reporting import Reporter
 from orchestrator.plugin_api.preview_config import ConfigError
-from orchestrator.plugin_api.runtime import RuntimeFailure, can_sleep, wake
+from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
@@ -56,14 +56,14 @@ class SleepFlow:
     def __init__(self, context: FlowContext, reporter: Reporter) -> None:
         self.c = context
         self.reporter = reporter
-        if context.settings.idle_seconds > 0 and not can_sleep(context.runtime):
+        if context.settings.idle_seconds > 0 and not context.runtime.can_sleep:
             log.warning("PREVIEW_IDLE_MINUTES is set, but the %s runtime cannot wake a preview: previews never sleep",
                         context.runtime.name)
 
     @property
     def enabled(self) -> bool:
-        """PREVIEW_IDLE_MINUTES is set and the runtime can wake what it stopped (Runtime's optional `wake`)."""
-        return self.c.settings.idle_seconds > 0 and can_sleep(self.c.runtime)
+        """PREVIEW_IDLE_MINUTES is set and the runtime can wake what it stopped (it overrides Runtime's `wake`)."""
+        return self.c.settings.idle_seconds > 0 and self.c.runtime.can_sleep
 
     def idle(self, now: datetime) -> list[tuple[DeploymentRecord, datetime]]:
         """Running previews to put to sleep, each with its last use (which names its `sleep` event)."""
@@ -143,7 +143,7 @@ class SleepFlow:
         except (ConfigError, OSError) as exc:
             raise _WakeFailed(f"Wake failed: preview-config.yml cannot be read ({exc})") from None
         try:
-            wake(self.c.runtime, record.deploymentId, compose_file, target.log, control)
+            self.c.runtime.wake(record.deploymentId, compose_file, target.log, control)
         except RuntimeFailure as exc:
             raise _WakeFailed(f"Wake failed: {exc.message}", exc.detail) from None
         settings = self.c.settings

@@ -81,10 +81,10 @@ class Lifespan:
                                                 self._settings.cleanup_retry_interval_seconds)
             self._retry.start()
         collect = getattr(self._handler, "collect_garbage", None)
-        if collect is not None and self._settings.swarm_registry_gc_interval_seconds > 0:
+        interval = float(getattr(self._handler, "garbage_interval_seconds", 0.0))
+        if collect is not None and interval > 0:  # the runtime's storage (the swarm's registry, the seeds)
             # Looked at every 10 minutes at most; run once the last run is an interval old (runtime/swarm/gc.py `due`)
-            self._gc = RuntimeWatch(collect, min(self._settings.swarm_registry_gc_interval_seconds, 600.0),
-                                    "registry garbage collection")
+            self._gc = RuntimeWatch(collect, min(interval, 600.0), "runtime garbage collection")
             self._gc.start()
         idle = getattr(self._handler, "idle", None)
         if idle is not None and self._settings.idle_seconds > 0:  # previews no request reached for a while
@@ -151,7 +151,12 @@ def create_app(
                   DeliveryReplayResource(deliveries, settings, store, inbox, dispatcher))
     app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
-    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, codehosts.masked(settings.secret_values()))
+    held = getattr(handler, "secrets", None)  # the runtime's own (SWARM_REGISTRY_PASSWORD)
+
+    def secrets() -> list[str]:
+        return codehosts.masked([*settings.secret_values(), *(held() if held is not None else [])])
+
+    logs = DeploymentLogResource(store, inbox, settings.deployments_dir, secrets)
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
     # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
     access = PreviewAccess(settings, store)

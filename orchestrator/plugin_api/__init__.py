@@ -8,6 +8,7 @@ is a short one). Names here stay stable; the modules behind them may move.
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
+from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.codehost import (
     ApiClient,
@@ -30,17 +31,10 @@ from orchestrator.plugin_api.codehost import (
     upsert_issue_comment,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
+from orchestrator.plugin_api.own_settings import OwnSettings, read_own_settings
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.runtime import (
-    Runtime,
-    RuntimeFailure,
-    RuntimeSpec,
-    app_address,
-    can_sleep,
-    lost_previews,
-    wake,
-)
+from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec, SeedFailed
 from orchestrator.plugin_api.templating import render_template
 from orchestrator.plugin_api.types import (
     SEED_INPUT,
@@ -60,6 +54,7 @@ from orchestrator.plugin_api.types import (
 )
 
 __all__ = [
+    "DEPLOYMENT_LABEL",
     "ApiClient",
     "ApiCodeHost",
     "Check",
@@ -91,23 +86,22 @@ __all__ = [
     "FlowAborted",
     "FlowControl",
     "FrameworkSpec",
+    "OwnSettings",
     "PreviewConfig",
     "ProjectFiles",
     "RenderContext",
     "Runtime",
     "RuntimeFailure",
     "RuntimeSpec",
+    "SeedFailed",
     "SEED_INPUT",
     "SEED_MOUNT",
     "SeedRestore",
     "ServiceSpec",
     "ServiceWiring",
-    "app_address",
-    "can_sleep",
     "database_app_env",
     "hookimpl",
     "hookspec",
-    "lost_previews",
+    "read_own_settings",
     "render_template",
-    "wake",
 ]

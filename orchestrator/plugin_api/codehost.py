@@ -2,8 +2,8 @@
 
 A code host is two things to the service: webhook deliveries it must trust and understand, and an API it must
 answer through. A plugin subclasses `CodeHost` and provides it with the `po_codehosts` and `po_codehost` hooks
-(built in: `github`, `gitea`; orchestrator/codehosts/). The service gives every host that is on its own webhook
-path, `POST /webhook/{name}`, and for each delivery there:
+(built in: `github`, `gitea`, `gitlab`; orchestrator/codehosts/). The service gives every host that is on its own
+webhook path, `POST /webhook/{name}`, and for each delivery there:
 
 1. `claims(delivery)`: a reason the delivery is not this host's (another host's headers), or None;
 2. `verify(delivery)`: raise `WebhookRejected(401, "Invalid signature")` unless it is signed with the host's

@@ -69,7 +69,7 @@ def po_services() -> list[ServiceSpec]:
 @hookspec
 def po_codehosts() -> list[CodeHostSpec]:
     """Code hosts this plugin serves: where pull requests come from (built in: `github`, `gitea` for Gitea and
-    Forgejo: orchestrator/codehosts/). A name becomes the webhook path `/webhook/{name}` and the prefix of its
+    Forgejo, `gitlab`: orchestrator/codehosts/). A name becomes the webhook path `/webhook/{name}` and the prefix of its
     ALLOWED_REPOS entries (`{name}:owner/repo`)."""
 
 

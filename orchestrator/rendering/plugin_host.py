@@ -17,7 +17,7 @@ from orchestrator.plugin_api import hookspecs
 from orchestrator.plugin_api.codehost import CodeHost, CodeHostSpec
 from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec
+from orchestrator.plugin_api.runtime import Runtime, RuntimeSpec, unimplemented
 from orchestrator.plugin_api.types import (
     AppService,
     DatabaseSpec,
@@ -173,7 +173,10 @@ class PluginHost:
             raise PluginError(f"RUNTIME {name!r} is not provided by any plugin (available: {available})")
         runtime = self.hook.po_runtime(name=name, settings=settings)
         if runtime is None or not isinstance(runtime, Runtime):
-            raise PluginError(f"the plugin providing runtime {name!r} did not build one")
+            raise PluginError(f"the plugin providing runtime {name!r} did not build one (a subclass of "
+                              "orchestrator.plugin_api.Runtime)")
+        if missing := unimplemented(runtime):
+            raise PluginError(f"runtime {name!r} does not implement {', '.join(missing)} (docs/plugins.md)")
         return runtime
 
     def codehosts(self, settings: Any, metrics: Metrics) -> CodeHosts:

@@ -21,7 +21,7 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.common.labels import OWNER_LABEL
-from orchestrator.plugin_api import DatabaseSeed, DataSeed, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api import DatabaseSeed, DataSeed, Runtime, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
@@ -77,9 +77,12 @@ class Seeding:
     unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
 
 
-class ComposeRuntime:
-    name = NAME
+# Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, are looked for this often.
+SEED_EVICTION_SECONDS = 3600.0
 
+
+class ComposeRuntime(Runtime):
+    name = NAME
     restores_seeds = True  # a repository's `seed` (data_seeds.py)
 
     def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None, empty_seeds: bool = True,
@@ -253,13 +256,16 @@ class ComposeRuntime:
                 raise SeedFailed("The database seed could not be restored", f"{image} is not on the engine")
             return found
 
-    def collect_garbage(self) -> list[str] | None:
-        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed (Runtime's optional
-        `collect_garbage`); None when none was."""
-        return (self.data_seeds.evict() or None) if self.data_seeds is not None else None
+    def collect_garbage(self) -> bool:
+        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed; True when one was."""
+        return bool(self.data_seeds.evict()) if self.data_seeds is not None else False
+
+    @property
+    def garbage_interval_seconds(self) -> float:
+        return SEED_EVICTION_SECONDS if self.data_seeds is not None else 0.0
 
     def checks(self) -> list[Check]:
-        """doctor's line of the repositories' seeds this runtime keeps (Runtime's optional `checks`)."""
+        """doctor's line of the repositories' seeds this runtime keeps (Runtime's `checks`)."""
         if self.data_seeds is None:
             return []
         seeds = self.data_seeds.listed()

@@ -8,7 +8,7 @@ are sent whole so that a secret never straddles two chunks unmasked.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import falcon
@@ -25,11 +25,12 @@ TEXT = "text/plain; charset=utf-8"
 
 
 class DeploymentLogResource:
-    def __init__(self, store: DeploymentStore, inbox: Inbox, deployments_dir: Path, secrets: list[str]) -> None:
+    def __init__(self, store: DeploymentStore, inbox: Inbox, deployments_dir: Path,
+                 secrets: Callable[[], list[str]]) -> None:
         self._store = store
         self._inbox = inbox
         self._root = deployments_dir
-        self._secrets = [s for s in secrets if s]
+        self._secrets = secrets  # asked for each chunk: a code host's tokens may be renewed (a GitHub App's)
 
     async def on_get(self, req: Request, resp: Response, deployment_id: str) -> None:
         follow = req.get_param_as_bool("follow", default=False)
@@ -68,10 +69,11 @@ class DeploymentLogResource:
         return record.status != "building" and deployment_id not in self._inbox.open_deployments()
 
     def _mask(self, data: bytes) -> bytes:
-        if not self._secrets:
+        secrets = [secret for secret in self._secrets() if secret]
+        if not secrets:
             return data
         text = data.decode("utf-8", "replace")
-        for secret in self._secrets:
+        for secret in secrets:
             text = text.replace(secret, "***")
         return text.encode()
 

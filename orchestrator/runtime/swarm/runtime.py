@@ -26,14 +26,23 @@ from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
-from orchestrator.plugin_api import Check, ConfigError, RuntimeFailure, RuntimeSpec, hookimpl
+from orchestrator.plugin_api import (
+    Check,
+    ConfigError,
+    Runtime,
+    RuntimeFailure,
+    RuntimeSpec,
+    hookimpl,
+    read_own_settings,
+)
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm.doctor import swarm_checks
-from orchestrator.runtime.swarm.gc import GcRun, PushGate, collect, due
+from orchestrator.runtime.swarm.gc import PushGate, collect, due
 from orchestrator.runtime.swarm.registry import Registry, RegistryError, client_config
 from orchestrator.runtime.swarm.removal import remove_deployment
+from orchestrator.runtime.swarm.settings import SwarmSettings
 from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
 from orchestrator.runtime.swarm.tasks import (
     PENDING,
@@ -60,20 +69,22 @@ def po_runtimes() -> list[RuntimeSpec]:
 def po_runtime(name: str, settings: Settings) -> SwarmRuntime | None:
     if name != NAME:
         return None
-    registry = Registry(settings.swarm_registry, settings.swarm_registry_scheme,
-                        credentials=settings.swarm_registry_credentials)
-    return SwarmRuntime(registry, settings.swarm_node_engines, settings.compose_timeout_seconds,
-                        HostEnv.for_state_dir(settings.state_dir), shlex.split(settings.swarm_registry_gc_command),
-                        settings.state_dir, settings.swarm_registry_gc_interval_seconds)
+    own = read_own_settings(SwarmSettings)  # SWARM_*: a bad one stops start-up, naming the variable
+    registry = Registry(own.registry, own.registry_scheme, credentials=own.registry_credentials)
+    return SwarmRuntime(registry, own.node_engines, settings.compose_timeout_seconds,
+                        HostEnv.for_state_dir(settings.state_dir), shlex.split(own.registry_gc_command),
+                        settings.state_dir, own.registry_gc_interval_seconds, secrets=own.secret_values())
 
 
-class SwarmRuntime:
+class SwarmRuntime(Runtime):
     name = NAME
     updates_leave_gap = True  # stop-first: a host-mode port cannot be held by the old and the new task
 
     def __init__(self, registry: Registry, node_engines: dict[str, str], timeout: float, env: HostEnv,
-                 gc_command: list[str] | None = None, state_dir: Path | None = None, gc_interval: float = 0.0) -> None:
+                 gc_command: list[str] | None = None, state_dir: Path | None = None, gc_interval: float = 0.0,
+                 secrets: list[str] | None = None) -> None:
         self.registry = registry
+        self._secrets = secrets or []
         self._env = env
         self._gc_command = gc_command or []
         self._state_dir = state_dir
@@ -184,7 +195,7 @@ class SwarmRuntime:
 
     def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
         """Previews whose node is down or gone: their database's volume is there, so they stay down until a
-        push moves them (Runtime's optional `lost_previews`)."""
+        push moves them."""
         with _failure("Swarm nodes could not be listed"):
             nodes = {node.id: node for node in self.cli.nodes()}
             pins = {}
@@ -223,6 +234,9 @@ class SwarmRuntime:
         host, port = self.app_address(deployment_id, app_port)
         return f"http://{host}:{port}{path}"
 
+    def app_address_before_start(self, app_port: int) -> tuple[str, int] | None:
+        return None  # the node the swarm places the app on tells
+
     def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
         """The app's port is published in host mode: it answers at its node's address only."""
         if deployment_id not in self._address:
@@ -238,17 +252,24 @@ class SwarmRuntime:
         with _failure("Published ports could not be listed"):
             return self.cli.published_ports()
 
+    def secrets(self) -> list[str]:
+        return list(self._secrets)
+
     def checks(self) -> list[Check]:
-        """doctor's lines of the swarm (Runtime's optional `checks`): doctor.py."""
+        """doctor's lines of the swarm (Runtime's `checks`): doctor.py."""
         return swarm_checks(self.cli, self.registry, self._gc_command, self._gc_interval, self._state_dir)
 
-    def collect_garbage(self) -> GcRun | None:
+    def collect_garbage(self) -> bool:
         """The registry's garbage collection (SWARM_REGISTRY_GC_COMMAND), while no push runs, once the last run
-        is SWARM_REGISTRY_GC_INTERVAL_SECONDS old; None when the operator collects it or it is not due (Runtime's
-        optional `collect_garbage`)."""
+        is SWARM_REGISTRY_GC_INTERVAL_SECONDS old; False when the operator collects it or it is not due."""
         if not self._gc_command or self._state_dir is None or not due(self._state_dir, self._gc_interval):
-            return None
-        return collect(self._gc_command, self._state_dir, self._gate, self._env)
+            return False
+        collect(self._gc_command, self._state_dir, self._gate, self._env)
+        return True
+
+    @property
+    def garbage_interval_seconds(self) -> float:
+        return self._gc_interval if self._gc_command and self._state_dir is not None else 0.0
 
     def remove_leftovers(self, owner_marker: str) -> None:
         with _failure("Containers of the previous run could not be removed"):
@@ -282,16 +303,18 @@ class SwarmRuntime:
                      else self.registry.mirror_reference(local, tag))
         self.cli.docker(["tag", local, reference], log=log)
         self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
+        # Not kept on the manager: a later preview's `FROM` or `image:` of this name would find it there, without
+        # the registry's credentials (the nodes pull it with them, for the stacks the service deploys).
+        self.cli.docker(["image", "rm", "--no-prune", reference], log=log)
         return reference
 
-    @staticmethod
-    def _plan(deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
+    def _plan(self, deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
               former: list[str]) -> StackPlan:
         """The stack file; `images` None: only whether the swarm can run the file at all."""
         if images is None:
             images = {str(name): "-" for name in document.get("services") or {}}
         try:
-            return plan_stack(document, deployment_id, images, node_id, former)
+            return plan_stack(document, deployment_id, images, node_id, former, self.registry.host)
         except StackRefused as exc:
             raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
 

@@ -77,14 +77,20 @@ class StackPlan:
 
 
 def plan_stack(compose: dict[str, Any], deployment_id: str, images: dict[str, str], node_id: str,
-               former: list[str] | None = None) -> StackPlan:
+               former: list[str] | None = None, registry_host: str = "") -> StackPlan:
     """The stack file for `compose` (normalised), with `images` (service -> pushed reference) pinned to
-    `node_id` (`former`: the nodes it was pinned to before). Raises StackRefused with every problem at once."""
+    `node_id` (`former`: the nodes it was pinned to before). Raises StackRefused with every problem at once.
+    `registry_host`: SWARM_REGISTRY's host[:port]; an `image:` there is refused (another preview's pushed image:
+    the manager and the nodes would fetch it with the service's credentials)."""
     problems: list[str] = []
     notes: list[str] = []
     label = {DEPLOYMENT_LABEL: deployment_id}
     services: dict[str, Any] = {}
     for name, service in (compose.get("services") or {}).items():
+        image = str((service or {}).get("image") or "")
+        if registry_host and image.lower().split("/", 1)[0] == registry_host.lower() and "/" in image:
+            problems.append(f"service {name}: image {image[:120]} is in the service's registry (SWARM_REGISTRY), "
+                            "where only the service puts a preview's images")
         pin = {NODE_LABEL: node_id, **({FORMER_LABEL: ",".join(former)} if former else {})}
         services[name] = _service(str(name), service, images, pin, label, problems, notes)
     document: dict[str, Any] = {"version": STACK_VERSION, "services": services}
