@@ -48,6 +48,10 @@ def test_every_delivery_is_kept_with_what_came_of_it(make_settings: Any, handler
                                                           "X-GitHub-Delivery": "d-ping"}).status_code == 200
     foreign = pr_payload("opened", number=7, repository="evil/repo")
     assert post(client, foreign, **{"X-GitHub-Delivery": "d-foreign"}).status_code == 403
+    fork = json.loads(pr_payload("opened", number=9))
+    fork["pull_request"]["labels"] = [{"name": "preview"}]
+    fork["pull_request"]["head"]["repo"].update(full_name="mallory/Hello-World", fork=True)
+    assert post(client, json.dumps(fork).encode(), **{"X-GitHub-Delivery": "d-fork"}).status_code == 200
     unsigned = pr_payload("opened", number=8, repository="secret/name")
     assert client.simulate_post("/webhook/codehost", body=unsigned, headers={
         **webhook_headers(unsigned), "X-Hub-Signature-256": "sha256=" + "0" * 64,
@@ -55,7 +59,7 @@ def test_every_delivery_is_kept_with_what_came_of_it(make_settings: Any, handler
 
     logged = {entry["deliveryId"]: entry for entry in deliveries(client)}
     assert [entry["deliveryId"] for entry in deliveries(client)] == [
-        "d-unsigned", "d-foreign", "d-ping", "d-gated", "d-accepted", "d-accepted"]  # the newest first
+        "d-unsigned", "d-fork", "d-foreign", "d-ping", "d-gated", "d-accepted", "d-accepted"]  # the newest first
     accepted = deliveries(client)[-1]
     assert (accepted["outcome"], accepted["status"], accepted["repository"], accepted["prNumber"],
             accepted["action"], accepted["event"], accepted["codehost"], accepted["replayable"]) == \
@@ -68,6 +72,10 @@ def test_every_delivery_is_kept_with_what_came_of_it(make_settings: Any, handler
     refused = logged["d-foreign"]
     assert (refused["outcome"], refused["status"], refused["repository"], refused["reason"]) == \
         ("refused", 403, "evil/repo", "Repository not in allowed list")
+    forked = logged["d-fork"]  # kept (its comment says how to approve it), and the log says why nothing deploys
+    assert (forked["outcome"], forked["prNumber"], forked["replayable"]) == ("accepted", 9, True)
+    assert forked["reason"].startswith("from a fork: no preview until a writer comments /preview approve")
+    assert logged["d-accepted"]["reason"] in (None, "")
     # an unsigned body is never read: what it claims is not in the log
     unsigned_entry = logged["d-unsigned"]
     assert (unsigned_entry["outcome"], unsigned_entry["status"], unsigned_entry["repository"],

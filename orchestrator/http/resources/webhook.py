@@ -39,6 +39,7 @@ class WebhookResource:
         self._allowed = settings.allowed_for(host.name)
         self._gate = Gate.of(settings)
         self._sync = settings.webhook_processing == "sync"
+        self._allow_forks = settings.allow_fork_prs
         self._inbox = inbox
         self._dispatcher = dispatcher
         self._deliveries = deliveries
@@ -122,6 +123,9 @@ class WebhookResource:
             return
         log.info("accepted %s (delivery %s)", parsed.action, parsed.delivery_id, extra=extra)
         seen["kept_event"] = parsed
+        if parsed.from_fork and not self._allow_forks and parsed.action != "closed":
+            # Kept (an approved fork's push is held, the pull request is told how to approve), but deploys nothing.
+            seen["reason"] = "from a fork: no preview until a writer comments /preview approve (ALLOW_FORK_PRS)"
         queue_accepted(self._dispatcher, parsed)
         if self._sync:
             outcome = await self._dispatcher.wait_for(accepted.seq)
