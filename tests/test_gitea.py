@@ -16,7 +16,7 @@ from orchestrator.codehosts.gitea import Gitea
 from orchestrator.events.webhook import Ignored
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.codehost import ApiClient
+from orchestrator.plugin_api.codehost import ApiClient, CodeHostError
 from orchestrator.rendering.plugin_host import build_plugin_host
 from tests.conftest import SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
@@ -366,3 +366,17 @@ def test_the_service_s_own_events_of_a_gitea_preview_report_to_gitea(fake_gitea:
         assert github.calls == []  # nothing went to GitHub
     finally:
         github.stop()
+
+
+def test_only_writers_may_run_commands_on_gitea(fake_gitea: FakeCodeHost) -> None:
+    """The gate of /preview commands: a collaborator's permission, owner/admin/write only; a token that may not read
+    permissions is an error the flow reports, never a yes."""
+    fake_gitea.permissions.update({"alice": "write", "olga": "owner", "rita": "read"})
+    host = gitea_host(fake_gitea)
+    assert host.can_write("gitea", "webhooks", "alice", None) and host.can_write("gitea", "webhooks", "olga", None)
+    assert not host.can_write("gitea", "webhooks", "rita", None)
+    assert not host.can_write("gitea", "webhooks", "mallory", None)  # no collaborator: 404
+    assert "/api/v1/repos/gitea/webhooks/collaborators/mallory/permission" in [c.path for c in fake_gitea.calls]
+    fake_gitea.fail_next(1, 403)
+    with pytest.raises(CodeHostError, match="may not read collaborators' permissions"):
+        host.can_write("gitea", "webhooks", "alice", None)

@@ -144,3 +144,16 @@ def test_a_merged_or_closed_merge_request_is_never_deployed_again(gitlab_client:
     data["object_attributes"]["state"] = "merged"
     assert send(gitlab_client, json.dumps(data).encode()).status_code == 200
     assert handler.entries("start") == []
+
+
+def test_only_developers_and_more_may_run_commands_on_gitlab(fake_gitlab: FakeCodeHost) -> None:
+    """The gate of /preview commands: a member's access level (inherited too) of Developer (30) or more, asked by
+    the note author's id; no id, or no member, is no."""
+    fake_gitlab.members.update({7: 30, 8: 50, 9: 20})
+    host = GitLab(ApiClient(f"{fake_gitlab.url}/api/v4", {"PRIVATE-TOKEN": "glpat-1"}, retry_base=0.01,
+                            sleep=lambda _: None), fake_gitlab.url, "glpat-1", GITLAB_SECRET)
+    assert host.can_write("group/sub", "app", "dev", 7) and host.can_write("group/sub", "app", "owner", 8)
+    assert not host.can_write("group/sub", "app", "reporter", 9)
+    assert not host.can_write("group/sub", "app", "stranger", 10)
+    assert not host.can_write("group/sub", "app", "dev", None)  # a note without its author's id
+    assert "/api/v4/projects/group%2Fsub%2Fapp/members/all/7" in [c.path for c in fake_gitlab.calls]

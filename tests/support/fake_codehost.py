@@ -50,6 +50,8 @@ class FakeCodeHost:
     # Who may write to a repository (GitHub's and Gitea's collaborator permission), by user name: "admin",
     # "write", "read"; anyone else is not a collaborator (404).
     permissions: dict[str, str] = field(default_factory=dict)
+    # GitLab's members of a project (inherited ones too), by user id: their access level (30 Developer, 20 Reporter)
+    members: dict[int, int] = field(default_factory=dict)
     listing_down: bool = False  # every listing answers 503 (the host "unreachable" for the reconcile)
     rate_limit: int = 5000
     rate_remaining: int = 5000
@@ -253,6 +255,11 @@ class FakeCodeHost:
         """GitLab's API v4 (the lock is held): notes of a merge request and commit statuses of a project."""
         if method == "GET" and path == "/user":
             return 200, {"username": "preview-bot"}, {}
+        member = re.fullmatch(r"/projects/([^/]+)/members/all/(\d+)", path)
+        if method == "GET" and member:
+            level = self.members.get(int(member[2]))
+            return (200, {"id": int(member[2]), "access_level": level}, {}) if level else \
+                (404, {"message": "404 Not found"}, {})
         notes = re.fullmatch(r"/projects/([^/]+)/merge_requests/(\d+)/notes(?:/(\d+))?", path)
         if notes:
             owner, _, repo = unquote(notes[1]).rpartition("/")
