@@ -119,3 +119,46 @@ def test_the_build_cache_is_kept_for_the_repository_and_out_of_reach_of_another(
         found[who] = listing(probe, f"cache-probe-{run}-{number}", mount)
     assert found.pop("the same repository's next pull request"), "the Go build left nothing in the cache"
     assert found == {who: [] for who in found}
+
+
+@pytest.mark.docker
+@pytest.mark.uses("go")
+def test_a_repository_s_own_dockerfile_caches_are_its_own(host: PluginHost, tmp_path: Path) -> None:
+    """BuildKit keeps a cache mount by its id, the target when none is given, for the whole engine: a Dockerfile
+    with `--mount=type=cache,target=X` would read what another repository's pull request put at X. Each cache mount
+    of a repository's own Dockerfile gets an id keyed by its repository (rendering/dockerfile_cache.py): the
+    repository's next pull request finds what the first left, another repository finds nothing."""
+    require_engine()
+    run = uuid.uuid4().hex[:8]
+    target = f"/var/cache/po-test-{run}"  # a cache no earlier run filled
+    base = STANDIN_OVERRIDES["debian:bookworm-slim"]
+    plant = f"FROM {base}\nRUN --mount=type=cache,target={target} sh -c 'echo planted > {target}/note'\n"
+    read = (f"FROM {base}\nRUN --mount=type=cache,target={target} \\\n    sh -c 'cat {target}/note > /seen "
+            "2>/dev/null || echo nothing > /seen'\n")
+    images = []
+
+    def build(name: str, pr: int, dockerfile: str) -> str:
+        repo = tmp_path / f"{name}-{pr}"
+        shutil.copytree(SAMPLES / "go", repo)
+        (repo / "Dockerfile").write_text(dockerfile)
+        context = make_context("acme", name, pr, 8001, 9001, KEY, STANDIN_OVERRIDES, True)
+        rendered = render_deployment(host, repo, load_checkout_config(host, repo), context)
+        compose = write_rendered(repo, rendered)
+        used = rendered.compose["services"]["app"]["build"]["dockerfile"]
+        assert used == str(tmp_path / f"{name}-{pr}.build" / "app.Dockerfile")  # beside the checkout, not in it
+        assert (repo / "Dockerfile").read_text() == dockerfile
+        subprocess.run(["docker", "compose", "-p", f"cache-own-{run}-{name}-{pr}", "-f", str(compose), "build",
+                        "app"], cwd=repo, check=True, capture_output=True, timeout=600)
+        images.append(rendered.compose["services"]["app"]["image"])
+        return images[-1]
+
+    def seen(image: str) -> str:
+        return subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", image, "/seen"], capture_output=True,
+                              text=True, check=True, timeout=60).stdout.strip()
+
+    try:
+        build("shop", 1, plant)
+        assert seen(build("billing", 1, read)) == "nothing"  # the raw target would have given "planted"
+        assert seen(build("shop", 2, read)) == "planted"  # the repository's own cache is kept
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", *images], capture_output=True, timeout=60)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
 
@@ -92,3 +93,11 @@ def read_plain(directory: Path, name: str, limit: int = 1 << 20) -> str | None:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return None
         return handle.read(limit).decode("utf-8", errors="replace")
+
+
+def remove_tree(path: Path) -> None:
+    """`path` gone, whatever it is: a link is removed itself, never what it points to."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

@@ -4,7 +4,6 @@ the spec's message."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.git import CloneRefused
 from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
-from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, inside
+from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, inside, remove_tree
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import CODEHOST, branch_problem, mirror_name
 from orchestrator.common.path_glob import matching
@@ -377,13 +376,6 @@ class BuildSteps:
         password = self._context(event, record).db_password
         text = self.c.mask(output[-OUTPUT_BYTES:]).replace(password, "***")
         target.log.note(f"container output (last {OUTPUT_LINES} lines of each service):\n{text or '(none)'}")
-
-
-def remove_tree(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
 
 
 def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str) -> Path:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 
 from orchestrator.adapters.nginx import ProxyError
+from orchestrator.common.checkout_paths import remove_tree
 from orchestrator.flows import comments
-from orchestrator.flows.build_steps import remove_tree
 from orchestrator.flows.context import FlowContext
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import forget, set_fields
 from orchestrator.flows.reporting import Reporter
+from orchestrator.rendering.compose_document import build_dir
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 
 log = logging.getLogger("orchestrator.flows.cleanup")
@@ -35,6 +36,7 @@ class CleanupFlow:
         try:
             remove_tree(target.work_dir)
             remove_tree(target.git_dir)
+            remove_tree(build_dir(target.work_dir))
             target.log.path.unlink(missing_ok=True)
         except OSError as exc:
             problems.append(f"work directory: {exc.strerror}")

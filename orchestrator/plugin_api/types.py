@@ -141,6 +141,14 @@ class RenderContext(BaseModel):
         return f"--mount=type=cache,id={CACHE_ID_PREFIX}{digest},target={target} "
 
 
+    def repository_cache_id(self, name: str) -> str:
+        """The id a cache mount of the repository's own Dockerfile gets (rendering/dockerfile_cache.py): `name`
+        (its id, or its target) keyed by the repository, as `cache_mount`'s are."""
+        if self.secret_key is None:
+            return f"{CACHE_ID_PREFIX}keyed"
+        return CACHE_ID_PREFIX + self._keyed(f"{self.repository}:dockerfile-cache:{name}").hexdigest()[:32]
+
+
 class AppService(BaseModel):
     service: dict[str, Any] = Field(description="Compose service mapping (build, working_dir, ...)")
     command: list[str] = Field(description="The main process, run after startup_commands")

@@ -57,10 +57,19 @@ class RenderedDeployment:
     repository_owned: bool = False
     pending_startup: PendingStartup | None = None
     seed: DatabaseSeed | None = None  # the database plugin's, for a compose file generated from the plugins
+    # What a build reads besides the checkout, written into `build_dir` (Dockerfiles whose cache mounts the service
+    # keyed to the repository, and a Dockerfile's own .dockerignore): name -> text.
+    build_files: dict[str, str] = field(default_factory=dict)
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)
 
+
+
+def build_dir(repo_dir: Path) -> Path:
+    """Where a deploy writes `build_files`: beside the work directory (as its git directory is), never in it, so no
+    file or link of the pull request's is written through or read back."""
+    return repo_dir.with_name(f"{repo_dir.name}.build")
 
 
 def dump_compose(compose: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.checkout_paths import remove_tree, write_new
 from orchestrator.common.keyed import keyed
 from orchestrator.common.naming import CODEHOST, project_slug, repository_identity
 from orchestrator.common.naming import deployment_id as make_deployment_id
@@ -29,6 +29,7 @@ from orchestrator.rendering.compose_document import (
     Normalizer,
     PendingStartup,
     RenderedDeployment,
+    build_dir,
     dump_compose,
 )
 from orchestrator.rendering.generated import generated
@@ -100,6 +101,12 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
     for name, text in rendered.files.items():
         write_new(repo_dir, name, text)
     keep_out_of_images(repo_dir, [*rendered.files, rendered.compose_file])
+    own = build_dir(repo_dir)
+    remove_tree(own)  # what an earlier deploy of this work directory wrote
+    if rendered.build_files:
+        own.mkdir(mode=0o755)
+        for name, text in rendered.build_files.items():
+            write_new(own, name, text)
     return repo_dir / rendered.compose_file
 
 

@@ -19,6 +19,7 @@ from orchestrator.rendering.compose_document import (
     escape,
 )
 from orchestrator.rendering.compose_policy import dockerfile_problems
+from orchestrator.rendering.dockerfile_cache import keyed_dockerfile
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 
@@ -39,8 +40,12 @@ def generated(
         files[INJECTED_DOCKERFILE] = text
         dockerfile = INJECTED_DOCKERFILE
 
-    if dockerfile != INJECTED_DOCKERFILE and (problems := dockerfile_problems(repo_dir / dockerfile, dockerfile)):
-        raise ConfigError(problems)
+    build_files: dict[str, str] = {}
+    if dockerfile != INJECTED_DOCKERFILE:
+        if problems := dockerfile_problems(repo_dir / dockerfile, dockerfile):
+            raise ConfigError(problems)
+        dockerfile = keyed_dockerfile(repo_dir, repo_dir / dockerfile, "app.Dockerfile", dockerfile, context,
+                                      build_files) or dockerfile
     app = host.app_service(config.framework, config, context, ProjectFiles(repo_dir))
     database = host.database(config.database, context)
     extras = [host.extra_service(name, context) for name in config.extra_services]
@@ -99,5 +104,6 @@ def generated(
         files={**files, GENERATED_COMPOSE: dump_compose(escaped)},
         pending_startup=pending,
         seed=database.seed,
+        build_files=build_files,
     )
 

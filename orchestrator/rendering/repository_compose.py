@@ -21,6 +21,7 @@ from orchestrator.rendering.compose_document import (
     escape,
 )
 from orchestrator.rendering.compose_policy import dockerfile_problems, normalized_problems, raw_problems
+from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
 from orchestrator.rendering.plugin_host import PluginHost
 
 
@@ -47,12 +48,31 @@ def repository_owned(
     # From here on, only compose's own reading of the file counts: interpolated, defaults applied.
     compose = normalize(path, context.deployment_id)
     problems = normalized_problems(compose, repo_dir, context.deployment_id, name)
+    build_files: dict[str, str] = {}
     for service_name, service in (compose.get("services") or {}).items():
         build = service.get("build") if isinstance(service, dict) else None
-        if isinstance(build, dict) and not build.get("dockerfile_inline"):
+        shown = f"{name}: service {service_name}: its Dockerfile"
+        if isinstance(build, dict) and build.get("dockerfile_inline"):
+            try:  # its cache mounts are the repository's own too
+                inline = keyed_cache_mounts(str(build["dockerfile_inline"]), context.repository_cache_id, shown)
+            except CacheMountRefused as exc:
+                problems.append(str(exc))
+            else:
+                build["dockerfile_inline"] = inline if inline is not None else build["dockerfile_inline"]
+        elif isinstance(build, dict):
             dockerfile = Path(str(build.get("context", repo_dir))) / str(build.get("dockerfile") or "Dockerfile")
             if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():
-                problems += dockerfile_problems(dockerfile, f"{name}: service {service_name}: its Dockerfile")
+                found = dockerfile_problems(dockerfile, shown)
+                problems += found
+                if not found:
+                    try:
+                        keyed = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile", shown, context,
+                                                 build_files)
+                    except ConfigError as exc:
+                        problems += exc.problems
+                    else:
+                        if keyed is not None:
+                            build["dockerfile"] = keyed
     if problems:
         raise ConfigError(problems)
     services = compose["services"]
@@ -86,6 +106,7 @@ def repository_owned(
         rename=("compose.preview.yaml", "compose.preview.yml") if name.endswith(".yaml") else None,
         repository_owned=True,
         pending_startup=pending,
+        build_files=build_files,
     )
 
 

@@ -217,6 +217,7 @@ def assert_fully_removed(stack: Stack, pr: int, slug: str = SLUG) -> None:
     assert built_images(deployment) == [], f"images built for {deployment} left behind"
     assert not (stack.root / "deployments" / slug / f"pr-{pr}").exists()
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.git").exists()
+    assert not (stack.root / "deployments" / slug / f"pr-{pr}.build").exists()  # keyed Dockerfiles
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.log").exists()
     assert not (stack.root / "proxy" / f"{slug}-pr-{pr}.conf").exists()
     assert not (stack.root / "proxy" / "servers" / f"{slug}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host

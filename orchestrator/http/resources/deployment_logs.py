@@ -16,6 +16,7 @@ from falcon.asgi import Request, Response
 
 from orchestrator.common.deployment_log import deployment_log_path
 from orchestrator.events.inbox import Inbox
+from orchestrator.flows.context import CACHE_ID, CACHE_ID_PREFIX
 from orchestrator.state.records import DeploymentRecord
 from orchestrator.state.store import DeploymentStore
 
@@ -69,13 +70,12 @@ class DeploymentLogResource:
         return record.status != "building" and deployment_id not in self._inbox.open_deployments()
 
     def _mask(self, data: bytes) -> bytes:
-        secrets = [secret for secret in self._secrets() if secret]
-        if not secrets:
-            return data
         text = data.decode("utf-8", "replace")
-        for secret in secrets:
-            text = text.replace(secret, "***")
-        return text.encode()
+        for secret in self._secrets():
+            if secret:
+                text = text.replace(secret, "***")
+        # A build's output names the repository's cache ids: known, a base image's ONBUILD could write there.
+        return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text).encode()
 
 
 def _read_all(path: Path) -> bytes:

@@ -1,0 +1,197 @@
+"""A repository's Dockerfile's cache mounts, made its repository's own.
+
+BuildKit keeps `RUN --mount=type=cache` caches by id (the target path when no id is given) for the whole engine:
+two repositories whose Dockerfiles cache `/root/.npm` share one cache, and a pull request of one could put packages
+there that the other repository's next build installs. So before a build, every cache mount of a repository's
+Dockerfile gets an id keyed by its repository under the service's key (as the templates' `cache_mount` does):
+the repository's previews share it, no other repository can name it, and logs and comments mask it.
+
+The rewrite reads the file as BuildKit does (parser directives, line continuations with the file's escape
+character, comment lines inside them) and allows only what it can read: a RUN's flags must be `--mount=` with
+unquoted options or `--network=default|none`; anything else on a RUN with a cache mount, a cache mount in an
+ONBUILD, or a `type=cache` the rewrite did not account for refuses the file with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.common.checkout_paths import read_plain
+from orchestrator.plugin_api.preview_config import ConfigError
+from orchestrator.plugin_api.types import RenderContext
+from orchestrator.rendering.compose_document import build_dir
+from orchestrator.rendering.compose_policy import MAX_DOCKERFILE_BYTES
+
+# `# escape=\`` and the like: parser directives, only before anything else of the file
+_DIRECTIVE = re.compile(r"^#\s*([A-Za-z]+)\s*=\s*(\S+)\s*$")
+_COMMENT = re.compile(r"^\s*#")
+_FLAG = re.compile(r"--([a-z-]+)=(\S*)")
+_UNREADABLE = re.compile(r"[\"'\\`$]")
+_CACHE = re.compile(r"type\s*=\s*cache", re.IGNORECASE)
+NETWORKS = ("default", "none")
+
+
+class CacheMountRefused(Exception):
+    """The Dockerfile has a cache mount (or a RUN flag beside one) the service cannot make the repository's own."""
+
+
+def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, context: RenderContext,
+                     build_files: dict[str, str]) -> str | None:
+    """When the repository's `dockerfile` has cache mounts: its keyed copy (and its own `.dockerignore`, which
+    BuildKit reads beside the Dockerfile) added to `build_files` as `name`, and the path the build must use; None
+    when the file is used as it is. ConfigError when a cache mount cannot be read."""
+    try:
+        text = dockerfile.read_bytes()[:MAX_DOCKERFILE_BYTES].decode("utf-8", "replace")
+    except OSError as exc:
+        raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
+    try:
+        keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
+    except CacheMountRefused as exc:
+        raise ConfigError([str(exc)]) from None
+    if keyed is None:
+        return None
+    build_files[name] = keyed
+    ignore = read_plain(dockerfile.parent, f"{dockerfile.name}.dockerignore")
+    if ignore is not None and dockerfile.parent.resolve().is_relative_to(repo_dir.resolve()):
+        build_files[f"{name}.dockerignore"] = ignore
+    return str(build_dir(repo_dir) / name)
+
+
+def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) -> str | None:
+    """`text` with every cache mount's id replaced by `cache_id(its id, or its target)`; None when it has no cache
+    mount (the file is used as it is). CacheMountRefused names what cannot be read. Every RUN's flags are read,
+    with or without a cache mount: `--mount=type=$KIND` would become one once BuildKit expands it."""
+    escape = _escape(text)
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    rewritten = 0
+    index = 0
+    while index < len(lines):
+        start = index
+        if not lines[index].strip() or _COMMENT.match(lines[index]):
+            out.append(lines[index])
+            index += 1
+            continue
+        logical, index = _instruction(lines, index, escape)
+        words = logical.split(None, 1)
+        keyword = words[0].upper() if words else ""
+        if keyword == "ONBUILD" and ("--mount" in logical.lower() or _CACHE.search(logical)):
+            raise CacheMountRefused(f"{shown}: ONBUILD with a mount is not allowed (it would run in another build, "
+                                    "outside this repository's caches)")
+        if keyword != "RUN":
+            out.extend(lines[start:index])
+            continue
+        line, count = _run_line(words[1] if len(words) > 1 else "", cache_id, shown)
+        if count:
+            out.append(f"{words[0]} {line}\n")
+            rewritten += count
+        else:
+            out.extend(lines[start:index])
+    if not rewritten and not _CACHE.search(_joined(text, escape)):
+        return None
+    result = "".join(out)
+    # Every `type=cache` left in the file must be one the rewrite made: anything else is a form it did not read.
+    if _instructions_mentioning_cache(result, escape) != rewritten:
+        raise CacheMountRefused(f"{shown}: a cache mount the service cannot read (write it as RUN "
+                                "--mount=type=cache,target=/path, without quotes or variables)")
+    return result
+
+
+def _instructions_mentioning_cache(text: str, escape: str) -> int:
+    lines = text.splitlines(keepends=True)
+    found = 0
+    index = 0
+    while index < len(lines):
+        if not lines[index].strip() or _COMMENT.match(lines[index]):
+            index += 1
+            continue
+        logical, index = _instruction(lines, index, escape)
+        found += len(_CACHE.findall(logical))
+    return found
+
+
+def _run_line(rest: str, cache_id: Callable[[str], str], shown: str) -> tuple[str, int]:
+    """A RUN's flags with its cache mounts keyed, then its command as written; and how many were keyed."""
+    flags: list[str] = []
+    count = 0
+    position = 0
+    while True:
+        match = re.compile(r"\s*").match(rest, position)
+        position = match.end() if match else position
+        if not rest.startswith("--", position):
+            break
+        end = re.compile(r"\S*").match(rest, position)
+        word = end.group(0) if end else ""
+        position += len(word)
+        flag = _FLAG.fullmatch(word)
+        if flag is None or _UNREADABLE.search(word):
+            raise CacheMountRefused(f"{shown}: RUN flag {word[:60]} cannot be read (write --name=value, without "
+                                    "quotes or variables)")
+        name, value = flag[1], flag[2]
+        if name == "network" and value in NETWORKS:
+            flags.append(word)
+        elif name == "mount":
+            mount, keyed = _mount(value, cache_id, shown)
+            flags.append(f"--mount={mount}")
+            count += keyed
+        else:
+            raise CacheMountRefused(f"{shown}: RUN --{name[:30]} is not allowed (only --mount and --network="
+                                    f"{'|'.join(NETWORKS)})")
+    return " ".join([*flags, rest[position:].strip()]), count
+
+
+def _mount(value: str, cache_id: Callable[[str], str], shown: str) -> tuple[str, int]:
+    fields = [field for field in value.split(",") if field]
+    options: list[tuple[str, str | None]] = []
+    for field in fields:
+        key, sep, item = field.partition("=")
+        options.append((key.strip().lower(), item.strip() if sep else None))
+    kind = next((item.lower() for key, item in options if key == "type" and item is not None), "bind")
+    if kind != "cache":
+        return value, 0
+    named = next((item for key, item in options if key == "id" and item), None)
+    target = next((item for key, item in options if key in ("target", "dst", "destination") and item), None)
+    if target is None:
+        raise CacheMountRefused(f"{shown}: a cache mount without a target ({value[:60]})")
+    kept = [field for field, (key, _) in zip(fields, options, strict=True) if key != "id"]
+    return ",".join([*kept, f"id={cache_id(named or target)}"]), 1
+
+
+def _escape(text: str) -> str:
+    for line in text.splitlines():
+        directive = _DIRECTIVE.match(line)
+        if directive is None:
+            break
+        if directive[1].lower() == "escape" and directive[2] in ("\\", "`"):
+            return directive[2]
+    return "\\"
+
+
+def _continues(line: str, escape: str) -> bool:
+    return line.rstrip(" \t\r\n").endswith(escape)
+
+
+def _instruction(lines: list[str], index: int, escape: str) -> tuple[str, int]:
+    """The logical instruction starting at `index` (continuations joined, comment and empty lines inside them
+    skipped, as BuildKit reads it) and the index after it."""
+    parts: list[str] = []
+    line = lines[index]
+    index += 1
+    while _continues(line, escape):
+        parts.append(line.rstrip(" \t\r\n")[:-1])
+        while index < len(lines) and (not lines[index].strip() or _COMMENT.match(lines[index])):
+            index += 1
+        if index >= len(lines):
+            line = ""
+            break
+        line = lines[index]
+        index += 1
+    parts.append(line.rstrip("\r\n"))
+    return "".join(parts), index
+
+
+def _joined(text: str, escape: str) -> str:
+    """The file with its line continuations joined (for looking, not for running)."""
+    return re.sub(re.escape(escape) + r"[ \t]*\r?\n", "", text)

@@ -1,0 +1,88 @@
+"""A repository's Dockerfile's cache mounts are keyed to its repository (rendering/dockerfile_cache.py): BuildKit
+shares a cache mount by its id, or by its target when it has none, across the whole engine."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts
+
+
+def key(name: str) -> str:
+    return f"po-cache-k({name})"
+
+
+def keyed(text: str) -> str | None:
+    return keyed_cache_mounts(text, key, "Dockerfile")
+
+
+def test_a_dockerfile_without_cache_mounts_is_used_as_it_is() -> None:
+    text = "FROM base\nRUN --mount=type=bind,source=x,target=/x make\nRUN --network=none make test\n"
+    assert keyed(text) is None
+
+
+def test_each_cache_mount_gets_an_id_keyed_by_the_repository() -> None:
+    text = ("# syntax=docker/dockerfile:1\nFROM base AS build\n"
+            "RUN --mount=type=cache,target=/root/.npm --mount=type=bind,source=a,target=/a npm ci\n"
+            "RUN --network=none --mount=TYPE=CACHE,id=shared,target=/x,sharing=locked make\n"
+            "COPY . .\n")
+    assert keyed(text) == (
+        "# syntax=docker/dockerfile:1\nFROM base AS build\n"
+        "RUN --mount=type=cache,target=/root/.npm,id=po-cache-k(/root/.npm) --mount=type=bind,source=a,target=/a "
+        "npm ci\n"
+        "RUN --network=none --mount=TYPE=CACHE,target=/x,sharing=locked,id=po-cache-k(shared) make\n"
+        "COPY . .\n")
+
+
+def test_continuations_comments_inside_them_and_the_escape_directive_are_read_as_buildkit_reads_them() -> None:
+    text = ("FROM base\nRUN --mount=type=cache,target=/c \\\n# a comment inside the instruction\n\n"
+            "    --mount=type=cache,target=/d \\\n    make all\nCMD [\"x\"]\n")
+    assert keyed(text) == ("FROM base\nRUN --mount=type=cache,target=/c,id=po-cache-k(/c) "
+                           "--mount=type=cache,target=/d,id=po-cache-k(/d) make all\nCMD [\"x\"]\n")
+    windows = "# escape=`\nFROM base\nRUN --mount=type=cache,target=/c `\n    make\n"
+    assert keyed(windows) == "# escape=`\nFROM base\nRUN --mount=type=cache,target=/c,id=po-cache-k(/c) make\n"
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("FROM b\nRUN --mount=type=$KIND,target=/c make\n", "RUN flag --mount=type=$KIND,target=/c cannot be read"),
+    ("FROM b\nRUN --mount=type=cache,target=${HOME}/.cache make\n", "cannot be read"),
+    ("FROM b\nRUN --mount=\"type=cache,target=/c\" make\n", "cannot be read"),
+    ("FROM b\nRUN --security=insecure --mount=type=cache,target=/c make\n", "RUN --security is not allowed"),
+    ("FROM b\nRUN --network=host make\n", "RUN --network is not allowed"),
+    ("FROM b\nRUN --mount type=cache,target=/c make\n", "RUN flag --mount cannot be read"),
+    ("FROM b\nONBUILD RUN --mount=type=cache,target=/c make\n", "ONBUILD with a mount is not allowed"),
+    ("FROM b\nRUN --mount=type=cache,id=x make\n", "a cache mount without a target"),
+    ("FROM b\nRUN <<EOF\nRUN --mount=type=cache,target=/c make\nEOF\n", None),
+    ("FROM b\nRUN echo type=cache\n", "a cache mount the service cannot read"),
+])
+def test_what_cannot_be_read_is_refused_with_the_reason(text: str, reason: str | None) -> None:
+    if reason is None:  # a heredoc's body is read as instructions too: rewritten, never passed on unread
+        assert "id=po-cache-k(/c)" in (keyed(text) or "")
+        return
+    with pytest.raises(CacheMountRefused, match=reason.replace("$", r"\$").replace("(", r"\(")):
+        keyed(text)
+
+
+@given(st.lists(st.sampled_from([
+    "FROM base\n", "RUN make\n", "RUN --mount=type=cache,target=/a make \\\n  all\n", "# note\n", "\n",
+    "RUN --mount=type=cache,id=x,target=/b,sharing=private go build\n", "COPY . .\n", "RUN --network=none x\n",
+    "RUN --mount=type=secret,id=npm,target=/s cat /s\n", "  run --mount=type=cache,target=/c \\\n# c\n  x\n",
+]), max_size=12))
+def test_every_cache_mount_of_any_file_ends_up_keyed_and_nothing_else_changes(parts: list[str]) -> None:
+    text = "".join(parts)
+    result = keyed(text)
+    if result is None:
+        assert "type=cache" not in text
+        return
+    again = keyed_cache_mounts(result, lambda name: name, "Dockerfile")  # keyed ids are kept by an identity key
+    assert again is not None and again.count("type=cache") == text.count("type=cache")
+    for line in result.splitlines():
+        if "type=cache" in line:
+            assert all("id=po-cache-k(" in part for part in line.split("--mount=") if part.startswith("type=cache"))
+    def others(document: str) -> list[str]:  # the instructions without a cache mount, in their order
+        return [line for line in document.splitlines()
+                if line and "type=cache" not in line and not line.startswith((" ", "#"))]
+
+    assert others(result) == others(text)
