@@ -323,6 +323,31 @@ def test_another_preview_s_built_image_can_neither_be_run_nor_copied(stack: Stac
     assert docker("image", "inspect", "-f", "{{.Id}}", built) == victim_image  # untouched
 
 
+def test_another_repository_s_build_cache_is_out_of_reach(stack: Stack) -> None:
+    """BuildKit keeps a cache mount by its target (or id) for the whole engine. Through the service: the twin
+    repository's pull request plants a file in a cache at a target; this repository's pull request that mounts the
+    same target finds nothing, and the twin's next pull request finds what its first left (docs/security.md)."""
+    target = f"/var/cache/po-e2e-{time.time_ns()}"
+    head, tail = PLAIN_DOCKERFILE.split("USER ", 1)
+    plant = f"{head}RUN --mount=type=cache,target={target} sh -c 'echo planted > {target}/note'\nUSER {tail}"
+    read = (f"{head}RUN --mount=type=cache,target={target} \\\n    sh -c 'cat {target}/note > /app/seen 2>/dev/null "
+            f"|| echo nothing > /app/seen'\nUSER {tail}")
+    deploys = [(150, TWIN, plant), (151, None, read), (152, TWIN, read)]
+    repos = {}
+    for pr, repository, dockerfile in deploys:
+        repos[pr] = make_pr_repo(stack.root / "repos", "python", f"cache/{pr}", config=config_for("python"),
+                                 files={"Dockerfile": dockerfile})
+        stack.send("opened", pr, repos[pr], repos[pr].sha_a, repository=repository)
+        stack.wait_for(pr, "running", repos[pr].sha_a)
+        assert (stack.root / "deployments" / SLUG / f"pr-{pr}.build" / "app.Dockerfile").is_file()
+    assert docker("exec", f"{SLUG}-pr-151-app", "cat", "/app/seen") == "nothing"
+    assert docker("exec", f"{SLUG}-pr-152-app", "cat", "/app/seen") == "planted"
+    for pr, repository, _ in deploys:
+        stack.send("closed", pr, repos[pr], repos[pr].sha_a, repository=repository)
+        stack.wait_gone(pr)
+        assert_fully_removed(stack, pr)  # the keyed Dockerfile's directory too
+
+
 def test_a_cleanup_that_fails_keeps_the_record_until_everything_is_gone(stack: Stack,
                                                                          victim: PullRequestRepo) -> None:
     pr = 115
