@@ -85,6 +85,8 @@ class Witness:
         self.networks = docker("network", "ls", "-q", "--filter",
                                f"label=com.docker.compose.project={SLUG}-{VICTIM}")
         self.standin = docker("image", "inspect", "-f", "{{.Id}}", "po-standin/python:test")
+        self.image = docker("inspect", "-f", "{{.Image}}", f"{SLUG}-pr-{VICTIM}-app")  # what the victim runs
+        self.git = tree_digest(stack.root / "deployments" / SLUG / f"pr-{VICTIM}.git")  # its objects and refs
 
     def check(self) -> None:
         stack = self.stack
@@ -95,6 +97,8 @@ class Witness:
         assert docker("volume", "ls", "-q", "--filter", project) == self.volumes
         assert docker("network", "ls", "-q", "--filter", project) == self.networks
         assert docker("image", "inspect", "-f", "{{.Id}}", "po-standin/python:test") == self.standin
+        assert docker("inspect", "-f", "{{.Image}}", f"{SLUG}-pr-{VICTIM}-app") == self.image
+        assert tree_digest(stack.root / "deployments" / SLUG / f"pr-{VICTIM}.git") == self.git
         assert stack.page(VICTIM).text == "python says: commit A\n"
         assert_no_leftover_processes(stack)
 
