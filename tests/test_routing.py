@@ -406,3 +406,23 @@ def test_login_app_works_on_its_own_host_with_tls(tmp_path: Path) -> None:
         assert not server.exists()
     finally:
         stop_stack(stack)
+
+
+def test_a_route_s_text_is_made_without_any_file(tmp_path: Path) -> None:
+    """route.py is pure text: the paths it names (flag, activity, users file) are only written into the route."""
+    from orchestrator.adapters.nginx.route import route_text
+
+    nowhere = tmp_path / "nowhere"
+    common = {"host_name": "acme-api-pr-3.previews.example", "activity": nowhere / "activity.log",
+              "users_file": nowhere / "users", "public_host": "previews.example", "listen_port": 8080}
+    path = route_text(Routing(protection="basic", sleep=True), "acme-api", 3, "acme-api-3", 8003, "10.0.0.5",
+                      flag=nowhere / "open" / "acme-api-pr-3", wake_key="the-wake-key", **common)
+    assert "location /acme-api/pr-3/ {" in path and "proxy_pass http://10.0.0.5:8003/;" in path
+    assert f"if (!-f {nowhere}/open/acme-api-pr-3)" in path and f"auth_basic_user_file {nowhere}/users;" in path
+    assert f"access_log {nowhere}/activity.log combined if=$upstream_addr;" in path
+    assert "proxy_set_header X-Preview-Wake-Key the-wake-key;" in path
+    host = route_text(Routing(mode="host", domain="previews.example"), "acme-api", 3, "acme-api-3", 8003,
+                      "127.0.0.1", flag=None, wake_key=None, **common)
+    assert "server_name acme-api-pr-3.previews.example;" in host and "listen 8080;" in host
+    assert "if (!-f" not in host and "preview-wake" not in host  # no flag, no sleep
+    assert not nowhere.exists()

@@ -21,7 +21,7 @@ from orchestrator.common.checkout_paths import write_new
 from orchestrator.settings import Settings
 
 OURS = "# Written by preview-orchestrator setup-nginx."
-SERVERS_DIR = "servers"  # PROXY_CONFIG_DIR/servers/: one server per preview under host routing (adapters/nginx.py)
+SERVERS_DIR = "servers"  # PROXY_CONFIG_DIR/servers/: one server per preview under host routing (adapters/nginx/)
 NAMES_BUCKET_SIZE = 256  # server_names_hash_bucket_size: host names up to 238 characters (settings.py's limit)
 
 

@@ -14,7 +14,7 @@ from orchestrator.common.keyed import keyed
 
 TOKEN_PARAMETER = "preview_token"  # noqa: S105 - the query parameter of the comment's link
 # Sleep: the internal location of a route through which the service hands a woken request to the app
-# (`X-Accel-Redirect: {WOKEN_PREFIX}{deploymentId}/{path under the preview}`; adapters/nginx.py writes it).
+# (`X-Accel-Redirect: {WOKEN_PREFIX}{deploymentId}/{path under the preview}`; adapters/nginx/route.py writes it).
 WOKEN_PREFIX = "/.preview-orchestrator/app/"
 ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scoped to that preview
 _TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")

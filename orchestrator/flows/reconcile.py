@@ -107,7 +107,7 @@ class Reconciler:
             path.unlink(missing_ok=True)
         if stale:
             self._quietly(lambda: self.c.proxy.reload(None))
-        # activity files of sleep (adapters/nginx.py), after the reload: nginx no longer writes to them
+        # activity files of sleep (adapters/nginx/proxy.py), after the reload: nginx no longer writes to them
         logs = {f"{r.projectSlug}-pr-{r.prNumber}.log" for r in data.deployments.values()}
         for path in self.c.settings.proxy_config_dir.glob(f"{ACTIVITY_DIR}/*-pr-*.log"):
             if path.name not in logs:

@@ -6,7 +6,7 @@ Both run as events of the inbox, so they are serialised with the pull request's 
 a push to a sleeping preview deploys it as usual (it ends `running`), a close removes it, and concurrent requests
 to a sleeping preview share one wake (one event per sleep, by its delivery id).
 
-A preview's last request is its route's activity file's time (adapters/nginx.py: nginx logs there each request
+A preview's last request is its route's activity file's time (adapters/nginx/proxy.py: nginx logs there each request
 that reaches the app), or its last deploy when that is later; a route written before sleep was switched on keeps
 no activity file, and its preview never sleeps until its next deploy writes one.
 """

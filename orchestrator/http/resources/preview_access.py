@@ -1,4 +1,4 @@
-"""PREVIEW_PROTECTION=token: what nginx asks the service about a reviewer's request (adapters/nginx.py writes the
+"""PREVIEW_PROTECTION=token: what nginx asks the service about a reviewer's request (adapters/nginx/route.py writes the
 locations that ask).
 
 - GET /api/preview-access/{deploymentId} — nginx's `auth_request` for every request to a preview: 204 when the

@@ -1,5 +1,5 @@
 """GET /api/preview-wake/{deploymentId} — what a route's wake location asks when its app did not answer
-(PREVIEW_IDLE_MINUTES; adapters/nginx.py writes the location, docs/routing.md tells the whole path).
+(PREVIEW_IDLE_MINUTES; adapters/nginx/route.py writes the location, docs/routing.md tells the whole path).
 
 nginx sends the route's key (`X-Preview-Wake-Key`, common/preview_tokens.py `wake_key`), the request's URI and
 method, and its Accept header; by then the route's protection has let the request through. The answer:
