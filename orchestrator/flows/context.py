@@ -53,26 +53,46 @@ class Target:
                      if (self.work_dir / name).is_file()), None)
 
 
+@dataclass(frozen=True)
+class Adapters:
+    """The host's tools the flows use: git, nginx, the build commands' runner, and the environment they run in."""
+
+    env: HostEnv
+    git: Git
+    proxy: Proxy
+    build_commands: BuildCommands
+
+    @classmethod
+    def for_settings(cls, settings: Settings, codehosts: CodeHosts, runtime: Runtime) -> Adapters:
+        """Built by the composition root (flows.build_engine) from the settings, the code hosts (clone
+        credentials) and the runtime (whether its previews sleep, whether its updates leave a gap)."""
+        env = HostEnv.for_state_dir(settings.state_dir)
+        git = Git(codehosts.clone_authorization, settings.allowed_clone_protocols, settings.git_timeout_seconds, env,
+                  Mirrors(settings.state_dir / "mirrors"))
+        # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: adapters/nginx/
+        proxy = Proxy.for_settings(settings, env, sleep=settings.idle_seconds > 0 and runtime.can_sleep,
+                                   hand_off=runtime.updates_leave_gap)
+        build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds, env,
+                                       settings.build_commands_user,
+                                       lambda image: settings.image_overrides.get(image, image))
+        return cls(env, git, proxy, build_commands)
+
+
 class FlowContext:
-    """The flows' shared dependencies, built once by the engine."""
+    """The flows' shared dependencies, every one given: built once by the composition root."""
 
     def __init__(self, settings: Settings, plugins: PluginHost, codehosts: CodeHosts, metrics: Metrics,
-                 runtime: Runtime, store: DeploymentStore) -> None:
+                 runtime: Runtime, store: DeploymentStore, adapters: Adapters) -> None:
         self.settings = settings
         self.plugins = plugins
         self.codehosts = codehosts
         self.metrics = metrics
         self.runtime = runtime
         self.store = store
-        self.env = HostEnv.for_state_dir(settings.state_dir)
-        self.git = Git(codehosts.clone_authorization, settings.allowed_clone_protocols,
-                       settings.git_timeout_seconds, self.env, Mirrors(settings.state_dir / "mirrors"))
-        # routing, protection and, when previews may sleep (and the runtime can wake them), the wake: nginx.py
-        self.proxy = Proxy.for_settings(settings, self.env, sleep=settings.idle_seconds > 0 and runtime.can_sleep,
-                                        hand_off=runtime.updates_leave_gap)
-        self.build_commands = BuildCommands(settings.build_commands_mode, settings.build_command_timeout_seconds,
-                                            self.env, settings.build_commands_user,
-                                            lambda image: settings.image_overrides.get(image, image))
+        self.env = adapters.env
+        self.git = adapters.git
+        self.proxy = adapters.proxy
+        self.build_commands = adapters.build_commands
         self._codehosts = codehosts
         self._password_key: bytes | None = None
 

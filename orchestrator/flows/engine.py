@@ -21,7 +21,7 @@ from orchestrator.common.flow_control import FlowControl, unlimited
 from orchestrator.flows import comments
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.commands import CommandFlow
-from orchestrator.flows.context import FlowContext
+from orchestrator.flows.context import Adapters, FlowContext
 from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
@@ -46,15 +46,17 @@ def build_engine(settings: Settings, *, plugins: PluginHost, metrics: Metrics, s
                  codehosts: CodeHosts) -> DeployEngine:
     """The default EVENT_HANDLER, called by the composition root (http/app.py `create_app`) with what it built
     once: the engine with the code hosts that are on and the runtime RUNTIME names."""
-    return DeployEngine(settings, plugins, codehosts, metrics, store, plugins.runtime(settings.runtime, settings))
+    runtime = plugins.runtime(settings.runtime, settings)
+    return DeployEngine(settings, plugins, codehosts, metrics, store, runtime,
+                        Adapters.for_settings(settings, codehosts, runtime))
 
 
 class DeployEngine:
     """Every dependency is given (build_engine): the engine builds none of them."""
 
     def __init__(self, settings: Settings, plugins: PluginHost, codehosts: CodeHosts, metrics: Metrics,
-                 store: DeploymentStore, runtime: Runtime) -> None:
-        self.context = FlowContext(settings, plugins, codehosts, metrics, runtime, store)
+                 store: DeploymentStore, runtime: Runtime, adapters: Adapters) -> None:
+        self.context = FlowContext(settings, plugins, codehosts, metrics, runtime, store, adapters)
         self.reporter = Reporter(codehosts, self.context.store, settings)
         self.deploy_flow = DeployFlow(self.context, self.reporter)
         self.cleanup_flow = CleanupFlow(self.context, self.reporter)
