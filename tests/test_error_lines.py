@@ -48,3 +48,27 @@ def test_the_failure_comment_shows_the_error_line_before_the_tail() -> None:
 def test_a_tail_without_an_error_line_is_shown_alone() -> None:
     body = failed("Health check timeout", "a" * 40, "GET /never 404\nGET /never 404")
     assert body.count("GET /never 404") == 2 and body.count("```") == 2
+
+
+def test_a_pull_that_failed_is_named_after_the_spec_s_message() -> None:
+    from orchestrator.flows.error_lines import with_pull_error
+
+    buildkit = ("#2 [internal] load metadata for 127.0.0.1:9/team/base:1\n#2 ERROR: failed to do request: Head "
+                "\"http://127.0.0.1:9/v2/team/base/manifests/1\": dial tcp 127.0.0.1:9: connect: connection refused\n"
+                "failed to solve: rpc error: code = Unknown desc = failed to solve with frontend dockerfile.v0: failed "
+                "to create LLB definition: failed to do request: Head \"http://127.0.0.1:9/v2/team/base/manifests/1\": "
+                "dial tcp 127.0.0.1:9: connect: connection refused\n")
+    assert with_pull_error("Docker build failed", buildkit) == (
+        "Docker build failed: failed to do request: Head \"http://127.0.0.1:9/v2/team/base/manifests/1\": dial tcp "
+        "127.0.0.1:9: connect: connection refused")
+    compose = (" cache Pulling \n cache Error Get \"http://127.0.0.1:9/v2/\": dial tcp 127.0.0.1:9: connect: "
+               "connection refused\nError response from daemon: Get \"http://127.0.0.1:9/v2/\": dial tcp "
+               "127.0.0.1:9: connect: connection refused\n")
+    assert with_pull_error("Containers failed to start", compose) == (
+        "Containers failed to start: the image of service cache could not be pulled: Get \"http://127.0.0.1:9/v2/\": "
+        "dial tcp 127.0.0.1:9: connect: connection refused")
+    denied = "#3 ERROR: pull access denied, repository does not exist or may require authorization\n"
+    assert with_pull_error("Docker build failed", denied).endswith(": pull access denied, repository does not exist "
+                                                                    "or may require authorization")
+    # a build that failed for the repository's own reasons keeps the spec's message alone
+    assert with_pull_error("Docker build failed", "#9 12.3 npm ERR! missing script: build\n") == "Docker build failed"

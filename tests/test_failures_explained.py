@@ -77,3 +77,24 @@ def test_a_crash_loop_is_reported_as_restarting(stack: Stack) -> None:
 def _stamp(log: str, text: str) -> datetime:
     line = next(line for line in log.splitlines() if text in line)
     return datetime.fromisoformat(line[1:line.index("]")])
+
+
+@pytest.mark.parametrize(("pr", "files"), [
+    # a base image in a registry out of reach (127.0.0.1:9: nothing listens), through BuildKit
+    (62, {"Dockerfile": "FROM 127.0.0.1:9/team/base:1\nCOPY . /app\n"}),
+    # a service's image: compose pulls it at start
+    (63, {"compose.preview.yml": "services:\n  app:\n    build: .\n  cache:\n    image: 127.0.0.1:9/team/cache:1\n",
+          "Dockerfile": "FROM po-standin/python:test\nWORKDIR /app\nCOPY . .\nCMD [\"python3\", \"app.py\"]\n"}),
+])
+def test_an_image_that_cannot_be_pulled_is_named_with_the_pull_s_own_error(stack: Stack, pr: int,
+                                                                           files: dict[str, str]) -> None:
+    """Not "Docker build failed" alone, which reads like the repository's fault: the spec's message first, then
+    the line saying which image could not be pulled and why, in the record, the comment and the 500 body."""
+    repo = make_pr_repo(stack.root / "repos", "python", f"pull/{pr}", files=files, config=config_for("python"))
+    stack.send("opened", pr, repo, repo.sha_a)
+    error = stack.wait_for(pr, "failed")["error"]
+    named = "/team/base" if pr == 62 else "service cache could not be pulled"
+    assert "127.0.0.1:9" in error and named in error and "connection refused" in error, (error, stack.logs(pr))
+    assert error.startswith(("Docker build failed: ", "Containers failed to start: ")), error
+    stack.wait_comment(pr, error)
+    stack.close(pr, repo, repo.sha_a)

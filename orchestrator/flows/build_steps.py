@@ -20,6 +20,7 @@ from orchestrator.common.naming import CODEHOST, branch_problem, mirror_name
 from orchestrator.common.path_glob import matching
 from orchestrator.common.text_table import printable
 from orchestrator.flows.context import FlowContext, StepFailed, Target
+from orchestrator.flows.error_lines import with_pull_error
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -137,7 +138,7 @@ class BuildSteps:
                     if rendered.pending_startup is not None:
                         compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
             except RuntimeFailure as exc:
-                raise StepFailed(exc.message, exc.detail) from None
+                raise StepFailed(with_pull_error(exc.message, exc.detail), exc.detail) from None
             finally:
                 failed = early.exception()
                 if failed is not None and not isinstance(failed, SeedFailed):  # `start` below starts them, or
@@ -147,8 +148,8 @@ class BuildSteps:
         with clock.stage("start"):
             try:
                 runtime.start(event.deployment_id, compose_file, target.log, control)
-            except RuntimeFailure as exc:
-                raise StepFailed(exc.message, exc.detail) from None
+            except RuntimeFailure as exc:  # an image: compose pulls
+                raise StepFailed(with_pull_error(exc.message, exc.detail), exc.detail) from None
         return compose_file
 
     def prepare_route(self, event: PullRequestEvent, target: Target, address: tuple[str, int],
@@ -260,8 +261,8 @@ class BuildSteps:
         try:
             self.c.build_commands.run_all(config.build_commands, target.work_dir, event.deployment_id,
                                           framework.toolchain_image, target.log, control)
-        except BuildCommandError as exc:
-            raise StepFailed(exc.message, exc.detail) from None
+        except BuildCommandError as exc:  # its toolchain image is pulled first
+            raise StepFailed(with_pull_error(exc.message, exc.detail), exc.detail) from None
         try:
             # After build_commands too: they may have created links. Compose and the renderer read the checkout.
             check_links(target.work_dir)

@@ -35,3 +35,30 @@ def error_line(output: str) -> str | None:
         if line and not _NOT_ERRORS.match(line) and _ERROR.match(line):
             return line[:300]
     return None
+
+
+# An image that could not be pulled: the registry out of reach (DNS, refused, timeout), the image or tag not there,
+# access refused, the rate limit. BuildKit's, the engine's and compose's wordings.
+_PULL = re.compile(r"pull access denied|failed to resolve source metadata|manifest unknown|manifest for \S+ not found"
+                   r"|error pulling image|toomanyrequests|failed to do request", re.IGNORECASE)
+
+
+def with_pull_error(message: str, output: str) -> str:
+    """`message` (the spec's, first), followed by the line of `output` that says which image could not be pulled
+    and why, when that is what failed: "Docker build failed" alone reads like the repository's fault."""
+    lines = [_PREFIX.sub("", raw).strip() for raw in reversed(output.splitlines())]
+    for line in lines:  # compose's progress of a service's pull: ` cache Error Get "http://…/v2/": …`
+        if (pulled := _SERVICE_PULL.match(line)) is not None:
+            return f"{message}: the image of service {pulled[1]} could not be pulled: {pulled[2][:250]}"
+    for line in lines:
+        if _PULL.search(line):
+            return f"{message}: {_WRAPPERS.sub('', line)[:300]}"
+    return message
+
+
+_SERVICE_PULL = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62}) Error (\S.*)$")
+
+
+# What the builder wraps around the cause, said before it
+_WRAPPERS = re.compile(r"^(?:(?:ERROR|Error response from daemon|rpc error: code = \w+ desc =|failed to solve with "
+                       r"frontend \S+|failed to create LLB definition|failed to solve)(?::\s*|\s+))+")
