@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +15,21 @@ import yaml
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowAborted, FlowControl
+from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import DatabaseSeed, DataSeed, Runtime, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.plugin_api.checks import Check
-from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
-from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
+from orchestrator.runtime.compose_seeding import (
+    ComposeSeeding,
+    Seeding,
+    compose_services,
+    failure,
+    prebuilt_services,
+)
+from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import (
-    COMPOSE_PROJECT_LABEL,
-    COMPOSE_VOLUME_LABEL,
     DatabaseSeeds,
-    copy_container,
     layer_volume,
     volume_name,
 )
@@ -60,23 +59,6 @@ def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
                           settings.database_seeds, data)
 
 
-@dataclass(frozen=True)
-class SeedCopy:
-    volume: str
-    key: str
-    began: float
-    filling: Future[bool]  # a repository's seed's copy raises SeedFailed rather than answer False
-
-
-@dataclass(frozen=True)
-class Seeding:
-    """What seed_database found for the deploy of a deployment."""
-
-    existing: bool = False  # its volume exists: an update
-    copy: SeedCopy | None = None  # a copy of a seed is filling its new volume
-    unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
-
-
 # Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, are looked for this often.
 SEED_EVICTION_SECONDS = 3600.0
 
@@ -89,10 +71,8 @@ class ComposeRuntime(Runtime):
                  data_seeds: DataSeeds | None = None) -> None:
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
-        self.copies = seeds  # copies of seeds, empty or a repository's (None: no seeds at all)
-        self.seeds = seeds if empty_seeds else None  # the empty seeds of DATABASE_SEEDS
         self.data_seeds = data_seeds
-        self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
+        self.seeding = ComposeSeeding(self.compose, self.docker, seeds, seeds if empty_seeds else None, data_seeds)
         # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
         # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
@@ -106,12 +86,12 @@ class ComposeRuntime(Runtime):
         return self.compose.normalized(compose_file, deployment_id)
 
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        with _failure("Docker build failed"):
+        with failure("Docker build failed"):
             self.compose.build(deployment_id, compose_file, log, control)
 
     def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
                       control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
-        with _failure("The app image's entrypoint could not be read"):
+        with failure("The app image's entrypoint could not be read"):
             try:
                 return self.docker.image_command(image)
             except CommandFailed:  # an `image:` the build did not make: compose pulls it
@@ -120,141 +100,11 @@ class ComposeRuntime(Runtime):
 
     def seed_database(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
                       control: FlowControl, data: DataSeed | None = None) -> None:
-        """Before `start_dependencies`: a new deployment's database volume is created and a copy of the seed of
-        its image (database_seeds.py), when there is one, starts filling it while compose creates the containers;
-        a volume that exists (an update) is never touched, unless it is a copy a crash interrupted. With `data`
-        (the repository's seed), the seed is that data (restored first if needed), and an existing volume made
-        from other data is replaced."""
-        if data is not None:
-            self._seed_from_data(deployment_id, compose_file, seed, data, log, control)
-            return
-        if self.seeds is None:
-            return
-        found = _seed_volume(compose_file, seed)
-        if found is None:
-            return
-        volume, image = found
-        name = volume_name(deployment_id, seed.volume, volume)
-        try:
-            exists = self.docker.volume_exists(name)
-        except CommandFailed as exc:
-            log.note(f"database seed not used: {name} could not be looked at ({exc})")
-            return
-        if exists and not self.seeds.interrupted(name):  # an update: the database starts from its own data
+        """Before `start_dependencies`: a new deployment's database volume made from a seed (compose_seeding.py)."""
+        seeding = self.seeding.plan(deployment_id, compose_file, seed, log, control, data)
+        if seeding is not None:
             with self._lock:
-                self._seeding[deployment_id] = Seeding(existing=True)
-            return
-        if exists:  # half a copy, never a preview's data: removed with the containers holding it, then a new copy
-            log.note(f"{name} holds a copy of a seed that was interrupted; it is made again")
-            self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
-        found = self.seeds.key(image, seed)
-        if found is None:  # not pulled yet: compose pulls it, a later preview makes the seed
-            return
-        key, image_id = found
-        labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
-                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume}
-        if self.seeds.ready(key) and self.seeds.create_volume(name, labels, key, log):
-            copy = SeedCopy(name, key, time.monotonic(), self._copier.submit(
-                self.seeds.copy, name, deployment_id, image_id, key, seed, log, control))
-            with self._lock:
-                self._seeding[deployment_id] = Seeding(copy=copy)
-        elif not self.seeds.ready(key):
-            with self._lock:
-                self._seeding[deployment_id] = Seeding(unseeded=(image, image_id, key, seed))
-
-    def _seed_from_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
-                        log: DeploymentLog, control: FlowControl) -> None:
-        """The repository's seed restored (once: data_seeds.py), and a copy of it filling the database's volume
-        while compose creates the containers; SeedFailed when it cannot be, whatever went wrong (never an empty
-        database instead, nor an update that keeps data made from other content)."""
-        try:
-            self._restore_and_copy(deployment_id, compose_file, seed, data, log, control)
-        except (SeedFailed, FlowAborted):
-            raise
-        except RuntimeFailure as exc:
-            raise SeedFailed("The database seed could not be copied", exc.detail or exc.message) from None
-        except Exception as exc:  # noqa: BLE001 - any other failure: the deploy fails, it does not go on empty
-            raise SeedFailed("The database seed could not be restored", f"{type(exc).__name__}: {exc}") from None
-
-    def _restore_and_copy(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed,
-                          log: DeploymentLog, control: FlowControl) -> None:
-        if self.data_seeds is None or self.copies is None:
-            raise SeedFailed("The compose runtime cannot restore a database seed")
-        found = _seed_volume(compose_file, seed)
-        if found is None:
-            raise SeedFailed("The database cannot be seeded",
-                             f"the db service has no volume {seed.volume} of its own to hold the seed")
-        volume, image = found
-        name = volume_name(deployment_id, seed.volume, volume)
-        image_id = self._image_id(self.copies, deployment_id, compose_file, image, log, control)
-        key, content = self.data_seeds.prepare(image, image_id, seed, data, log, control)
-        try:  # reserved by prepare: released once the copy is done, or here when none is made
-            filling = self._copy_data(deployment_id, compose_file, seed, data, name, volume, image_id, key,
-                                      content, log, control)
-        except BaseException:
-            self.data_seeds.release(key)
-            raise
-        if filling is None:
-            self.data_seeds.release(key)
-
-    def _copy_data(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, data: DataSeed, name: str,
-                   volume: dict[str, Any], image_id: str, key: str, content: str, log: DeploymentLog,
-                   control: FlowControl) -> Future[bool] | None:
-        """A copy of the data seed `key` filling the volume `name` while compose creates the containers, which
-        releases the seed once done; None when the volume already holds this content (an update keeps its data)."""
-        assert self.copies is not None and self.data_seeds is not None
-        copies, seeds = self.copies, self.data_seeds
-        with _failure("The database seed could not be copied", SeedFailed):
-            exists = self.docker.volume_exists(name)
-            if exists and not copies.interrupted(name):
-                if copies.label(name, FROM_SEED_LABEL) == content:  # an update: the database keeps its own data
-                    with self._lock:
-                        self._seeding[deployment_id] = Seeding(existing=True)
-                    return None
-                log.note(f"{name} was not made from seed {key} ({data.source} or its commands changed): the "
-                         "database starts from the seed")
-        if exists:
-            self._discard(deployment_id, compose_file, name, prebuilt_services(compose_file), log)
-        labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
-                  COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: content}
-        source = seeds.volume(key)
-        layered = seed.layered and copies.create_layer(name, labels, source, log)
-        if not layered and not copies.create_volume(name, labels, key, log, source=source):
-            raise SeedFailed("The database seed could not be copied",
-                             f"{name} could not be created, or seed {key} is gone from the engine")
-
-        def fill() -> bool:
-            try:
-                try:
-                    return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source,
-                                       layered=layered)
-                except SeedFailed as exc:
-                    if not layered:
-                        raise
-                    # An engine that cannot mount the overlay (user namespaces, a file system overlayfs refuses)
-                    log.note(f"layered copy of seed {key} failed ({exc.detail or exc.message}): copied instead")
-                    if not (copies.discard_volume(name) and copies.create_volume(name, labels, key, log,
-                                                                                 source=source)):
-                        raise
-                    return copies.copy(name, deployment_id, image_id, key, seed, log, control, source=source)
-            finally:
-                seeds.release(key)
-
-        filling = self._copier.submit(fill)
-        with self._lock:
-            self._seeding[deployment_id] = Seeding(copy=SeedCopy(name, key, time.monotonic(), filling))
-        return filling
-
-    def _image_id(self, copies: DatabaseSeeds, deployment_id: str, compose_file: Path, image: str,
-                  log: DeploymentLog, control: FlowControl) -> str:
-        """The id of the database's image, pulled first when the engine does not have it."""
-        with _failure("The database seed could not be restored", SeedFailed):
-            if (found := copies.image_id(image)) is not None:
-                return found
-            self.compose.pull(deployment_id, compose_file, "db", log, control)
-            if (found := copies.image_id(image)) is None:
-                raise SeedFailed("The database seed could not be restored", f"{image} is not on the engine")
-            return found
+                self._seeding[deployment_id] = seeding
 
     def collect_garbage(self) -> bool:
         """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed; True when one was."""
@@ -284,41 +134,19 @@ class ComposeRuntime(Runtime):
             if seeding.unseeded is not None:
                 self._unseeded[deployment_id] = seeding.unseeded
         services = prebuilt_services(compose_file)
-        if seeding.copy is not None and self._start_from_copy(deployment_id, compose_file, services, seeding.copy,
-                                                              log, control):
-            return
+        if seeding.copy is not None:
+            copied, declared = self.seeding.start_from_copy(deployment_id, compose_file, services, seeding.copy, log,
+                                                            control)
+            if copied:
+                with self._lock:
+                    self._initialised[deployment_id] = declared
+                return
         if services:
-            with _failure("The database and extra services failed to start"):
+            with failure("The database and extra services failed to start"):
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
         if seeding.existing:
             with self._lock:
                 self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
-
-    def _start_from_copy(self, deployment_id: str, compose_file: Path, services: list[str], copy: SeedCopy,
-                         log: DeploymentLog, control: FlowControl) -> bool:
-        """Compose creates the containers while the copy runs; they start once it is done. False when the copy
-        failed: the containers holding the volume and the volume are removed (the usual start follows)."""
-        copied = False
-        try:
-            with _failure("The database and extra services failed to start"):
-                self.compose.up_services(deployment_id, compose_file, services, log, control, start=False)
-        finally:
-            try:
-                copied = copy.filling.result()  # in every case: nothing may start from a volume half-copied
-            finally:
-                if not copied:  # failed, or aborted: its container is gone, so the volume can go
-                    self._discard(deployment_id, compose_file, copy.volume, services, log)
-        if not copied:
-            return False
-        log.note(f"database volume copied from seed {copy.key} ({time.monotonic() - copy.began:.2f}s)")
-        # By the names the compose file gives them (a new project: nothing else is there), sparing a listing
-        declared = _declared(compose_file, services)
-        with _failure("The database and extra services failed to start"):
-            self.docker.start([c.ident for c in declared or self.docker.containers(deployment_id)
-                               if c.service in services], log)
-        with self._lock:
-            self._initialised[deployment_id] = declared
-        return True
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the named volumes of the `db` service (of the compose file the service wrote) and
@@ -340,7 +168,7 @@ class ComposeRuntime(Runtime):
                 volume = declared[source] if isinstance(declared[source], dict) else {}
                 if not volume.get("external"):
                     wanted.append(volume_name(deployment_id, source, volume))
-        with _failure("The database could not be reset"):
+        with failure("The database could not be reset"):
             own = set(self.docker.labelled("volume", deployment_id))
             names = [name for name in wanted if name in own]
             self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
@@ -351,18 +179,6 @@ class ComposeRuntime(Runtime):
                     self.docker.command(["volume", "rm", "--force", layer_volume(name)], log, timeout=120)
         log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
         return names
-
-    def _discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],
-                 log: DeploymentLog) -> None:
-        """Remove a volume of an unfinished copy and the containers of `services` that hold it. RuntimeFailure
-        when it stays: starting the database from half a copy is worse than a failed deploy."""
-        with _failure("The database and extra services failed to start"):
-            held = [c.ident for c in self.docker.containers(deployment_id)  # and a copy's container a crash left
-                    if c.service in services or c.service.lstrip("/") == copy_container(deployment_id)]
-            self.docker.remove(held, log)
-        if self.copies is not None and not self.copies.discard_volume(volume):
-            raise RuntimeFailure("The database and extra services failed to start",
-                                 f"{volume} holds part of a database seed's copy and could not be removed")
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
@@ -375,7 +191,7 @@ class ComposeRuntime(Runtime):
             initialised = deployment_id in self._initialised
             declared = self._initialised.pop(deployment_id, None)
             unseeded = self._unseeded.pop(deployment_id, None)
-        with _failure("Containers failed to start"):
+        with failure("Containers failed to start"):
             dependencies = declared or (self._started_early(deployment_id, compose_file) if initialised else None)
             if dependencies is not None:
                 self._await_healthchecks(deployment_id, dependencies, log, control)
@@ -383,20 +199,20 @@ class ComposeRuntime(Runtime):
                 self.compose.up_services(deployment_id, compose_file, ["app"], log, control, no_deps=True)
             else:
                 self.compose.up(deployment_id, compose_file, log, control)
-        if unseeded is not None and self.seeds is not None:
-            self.seeds.make_in_background(*unseeded)
+        if unseeded is not None:
+            self.seeding.make_later(unseeded)
 
     def _started_early(self, deployment_id: str, compose_file: Path) -> list[Container] | None:
         """The containers of every service but the app, when `start_dependencies` created them all (none is
         built, none is left over from an earlier compose file); else None."""
         dependencies = [c for c in self.docker.containers(deployment_id) if c.service != "app"]
-        wanted = set(_services(compose_file)) - {"app"}
+        wanted = set(compose_services(compose_file)) - {"app"}
         if wanted != set(prebuilt_services(compose_file)) or {c.service for c in dependencies} != wanted:
             return None
         return dependencies
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
-        with _failure("Containers could not be stopped"):
+        with failure("Containers could not be stopped"):
             self.compose.stop(deployment_id, log)
 
     def wake(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
@@ -404,7 +220,7 @@ class ComposeRuntime(Runtime):
         database and extra services first; once their own healthchecks pass — run at once and every
         READY_PAUSE seconds, where `docker compose start` would wait for Docker's schedule of them (the
         database's every 2 s), which a request waiting for the wake would feel — the app."""
-        with _failure("Containers failed to start"):
+        with failure("Containers failed to start"):
             containers = self.docker.containers(deployment_id)
             if not any(container.service == "app" for container in containers):
                 raise RuntimeFailure("Containers failed to start", "the preview's app container is gone")
@@ -457,12 +273,12 @@ class ComposeRuntime(Runtime):
         return problems + [f"{kind}s still present" for kind in ("container", "volume", "network") if kind in left]
 
     def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
-        with _failure("Container logs could not be read"):
+        with failure("Container logs could not be read"):
             return self.compose.logs(deployment_id, compose_file, service, tail=tail)
 
     def problem(self, deployment_id: str, services: tuple[str, ...] = WATCHED) -> str | None:
         """Why one of `services` cannot come up (it exited, or restarts), or None."""
-        with _failure("Containers could not be inspected"):
+        with failure("Containers could not be inspected"):
             states = self.docker.container_states(deployment_id)
         for service in services:
             state = states.get(service)
@@ -481,7 +297,7 @@ class ComposeRuntime(Runtime):
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         found: dict[str, str] = {}
-        with _failure("Docker resources could not be listed"):
+        with failure("Docker resources could not be listed"):
             for kind in ("container", "volume", "network", "image"):
                 found.update({f"{kind}:{ident}": owner
                               for ident, owner in self.docker.labelled(kind, deployment_id).items()})
@@ -491,58 +307,9 @@ class ComposeRuntime(Runtime):
         return f"http://127.0.0.1:{app_port}{path}"
 
     def ports_in_use(self) -> set[int]:
-        with _failure("Published ports could not be listed"):
+        with failure("Published ports could not be listed"):
             return self.docker.published_host_ports()
 
     def remove_leftovers(self, owner_marker: str) -> None:
-        with _failure("Containers of the previous run could not be removed"):
+        with failure("Containers of the previous run could not be removed"):
             self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
-
-
-def prebuilt_services(compose_file: Path) -> list[str]:
-    """Services of a compose file the service wrote (never the repository's raw file) that run an image
-    as it is: everything but the app and what is built."""
-    return [name for name, service in _services(compose_file).items()
-            if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
-
-
-def _declared(compose_file: Path, services: list[str]) -> list[Container] | None:
-    """`services` as the compose file declares their containers (name, healthcheck); None unless each has a
-    `container_name` (every file the service generates gives one)."""
-    declared = _services(compose_file)
-    found = []
-    for name in services:
-        service = declared.get(name) or {}
-        if not service.get("container_name"):
-            return None
-        test = (service.get("healthcheck") or {}).get("test")
-        healthcheck = ["CMD-SHELL", test] if isinstance(test, str) else [str(t) for t in test] if test else None
-        found.append(Container(str(service["container_name"]), name, healthcheck))
-    return found
-
-
-def _services(compose_file: Path) -> dict[str, Any]:
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    return dict(document.get("services") or {})
-
-
-def _seed_volume(compose_file: Path, seed: DatabaseSeed) -> tuple[dict[str, Any], str] | None:
-    """The compose file's declaration of the seed's volume and the db service's image, when the volume is the
-    preview's own (not external, the local driver); None otherwise."""
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    volume = (document.get("volumes") or {}).get(seed.volume)
-    image = ((document.get("services") or {}).get("db") or {}).get("image")
-    if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
-        return None
-    return volume, str(image)
-
-
-@contextmanager
-def _failure(message: str, kind: type[RuntimeFailure] = RuntimeFailure) -> Iterator[None]:
-    """CommandFailed of a step becomes the runtime's RuntimeFailure (or `kind`), with the command's last lines."""
-    try:
-        yield
-    except CommandFailed as exc:
-        raise kind(message, exc.tail()) from None
-    except OSError as exc:  # docker missing, or not executable
-        raise kind(message, str(exc)) from None
