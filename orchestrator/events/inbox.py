@@ -25,7 +25,6 @@ from orchestrator.state.records import PullRequestEvent
 
 FINISHED = ("done", "failed", "superseded", "cancelled")
 KEEP_FINISHED = timedelta(days=7)  # long enough to recognise a redelivery from the code host's UI
-MAX_SAME_TIME = 64  # events of one pull request remembered for one second of the host's clock (replays)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -224,7 +223,7 @@ class Inbox:
                                    "pr_number = ?", (repository, pr_number)).fetchone()
         if row is None:
             return None
-        action, _, sha = str(row[1]).split("\n")[-1].partition(" ")  # the newest of its second
+        action, _, sha = str(row[1]).partition(" ")
         return Seen(updated_at=row[0], action=action, sha=sha)
 
     def _check_owner(self, event: PullRequestEvent) -> None:
@@ -243,7 +242,7 @@ class Inbox:
         """Whether the pull request has changed since `event` was sent, or `event` repeats the newest one (same
         time, action and head: a replay under another delivery id). An event that says nothing of when is never
         stale. Otherwise its time becomes the pull request's, in the same transaction as the insert. Two events of
-        one second (the code host's clock) that differ are both acted on; any of them sent again is not."""
+        one second (the code host's clock) that differ are both acted on."""
         if event.pr_updated_at is None:
             return False
         when = event.pr_updated_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -251,15 +250,12 @@ class Inbox:
         row = self._db.execute("SELECT updated_at, last_event FROM pull_request_clock WHERE repository = ? AND "
                                "pr_number = ?", (event.repository, event.pr_number)).fetchone()
         # UTC, one fixed format: text order is time order
-        # Every event of the newest time is remembered, not only the last: `reopened` right after `closed` in one
-        # second of the host's clock must not let the `closed` be replayed.
-        same_time = str(row[1]).split("\n") if row is not None and row[0] == when else []
-        if row is not None and (row[0] > when or what in same_time):
+        if row is not None and (row[0] > when or (row[0] == when and row[1] == what)):
             return True
         self._db.execute("INSERT INTO pull_request_clock (repository, pr_number, updated_at, last_event) "
                          "VALUES (?, ?, ?, ?) ON CONFLICT (repository, pr_number) DO UPDATE SET "
                          "updated_at = excluded.updated_at, last_event = excluded.last_event",
-                         (event.repository, event.pr_number, when, "\n".join([*same_time, what][-MAX_SAME_TIME:])))
+                         (event.repository, event.pr_number, when, what))
         return False
 
     def _finish_pending(self, deployment_id: str, actions: tuple[str, ...] | None, status: str) -> None:
