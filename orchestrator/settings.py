@@ -94,16 +94,7 @@ class Settings(PluginSettings):
     # A GitHub App instead of CODEHOST_TOKEN (docs/codehosts.md): its id and the PEM private key GitHub gave it.
     github_app_id: int | None = Field(default=None, ge=1)
     github_app_private_key_file: Path | None = None
-    # Gitea and Forgejo (the `gitea` code host, docs/codehosts.md): on when GITEA_WEBHOOK_SECRET is set; its
-    # deliveries come to POST /webhook/gitea, its API is GITEA_URL/api/v1, its repositories are `gitea:owner/repo`.
-    gitea_url: str | None = None
-    gitea_token: SecretStr = SecretStr("")
-    gitea_webhook_secret: SecretStr = SecretStr("")
-    # GitLab (the `gitlab` code host, docs/codehosts.md): on when GITLAB_WEBHOOK_SECRET is set; deliveries to
-    # POST /webhook/gitlab, the API at GITLAB_URL/api/v4, repositories `gitlab:group/subgroup/project`.
-    gitlab_url: str | None = None
-    gitlab_token: SecretStr = SecretStr("")
-    gitlab_webhook_secret: SecretStr = SecretStr("")
+    # Gitea/Forgejo's GITEA_* and GitLab's GITLAB_* are read by their code hosts (codehosts/gitea.py, gitlab.py).
     webhook_processing: Literal["queue", "sync"] = "queue"
     max_concurrent_builds: int = Field(default=2, ge=1, le=64)
     # Import path `module:callable` returning the event handler (tests and embedders swap it).
@@ -252,25 +243,7 @@ class Settings(PluginSettings):
             raise ValueError(f"GITHUB_APP_PRIVATE_KEY_FILE {key} is not a file this service can read")
         return self
 
-    @model_validator(mode="after")
-    def _code_host_servers(self) -> Settings:
-        for host, url, secret in (("GITEA", self.gitea_url, self.gitea_webhook_secret),
-                                  ("GITLAB", self.gitlab_url, self.gitlab_webhook_secret)):
-            if secret.get_secret_value() and not url:
-                raise ValueError(f"{host}_URL is required when {host}_WEBHOOK_SECRET is set (the server's address, "
-                                 f"e.g. https://{host.lower()}.example.com)")
-        # One secret per code host: with a shared one, a delivery one host signed (its history shows the headers
-        # and body to the host's admins) would pass at another host's path as that host's pull request.
-        secrets = {"CODEHOST_WEBHOOK_SECRET": self.codehost_webhook_secret, "GITEA_WEBHOOK_SECRET":
-                   self.gitea_webhook_secret, "GITLAB_WEBHOOK_SECRET": self.gitlab_webhook_secret}
-        values = [(name, value.get_secret_value()) for name, value in secrets.items() if value.get_secret_value()]
-        for index, (name, value) in enumerate(values):
-            for other, other_value in values[index + 1:]:
-                if value == other_value:
-                    raise ValueError(f"{name} and {other} must differ: each code host needs a secret of its own")
-        return self
-
-    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url", "gitea_url", "gitlab_url")
+    @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
@@ -362,8 +335,7 @@ class Settings(PluginSettings):
     def secret_values(self) -> list[str]:
         return [
             s.get_secret_value()
-            for s in (self.codehost_token, self.codehost_webhook_secret,
-                      self.gitea_token, self.gitea_webhook_secret, self.gitlab_token, self.gitlab_webhook_secret)
+            for s in (self.codehost_token, self.codehost_webhook_secret)
             if s.get_secret_value()
         ]
 

@@ -15,6 +15,7 @@ from tests.support.handlers import RecordingHandler
 from tests.support.payloads import FIXTURE_REPO, SECRET
 
 SettingsFactory = Callable[..., Settings]
+OwnEnv = Callable[..., None]
 
 # The code host reconcile (on by default) would ask CODEHOST_API_URL — api.github.com unless a test says otherwise —
 # at every app's start-up: tests that want it set RECONCILE_INTERVAL_MINUTES themselves (tests/test_reconcile*.py).
@@ -38,6 +39,17 @@ def make_settings(tmp_path: Path) -> SettingsFactory:
         return load_settings(**values)
 
     return factory
+
+
+@pytest.fixture
+def own_env(monkeypatch: pytest.MonkeyPatch) -> OwnEnv:
+    """Set a plugin's own settings, which it reads from the environment when it is built (a code host's GITEA_*,
+    GITLAB_*, the swarm runtime's SWARM_*): `own_env(GITEA_WEBHOOK_SECRET="...", GITEA_URL="...")`."""
+    def set_env(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+
+    return set_env
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from orchestrator.events.webhook import Ignored
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import ApiClient, CodeHostError
-from orchestrator.rendering.plugin_host import build_plugin_host
-from tests.conftest import SettingsFactory
+from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
+from tests.conftest import OwnEnv, SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import (
@@ -36,9 +36,9 @@ SHA = "7" * 40
 
 
 @pytest.fixture
-def gitea_client(make_settings: SettingsFactory, handler: RecordingHandler) -> testing.TestClient:
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
-                             allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
+def gitea_client(make_settings: SettingsFactory, own_env: OwnEnv, handler: RecordingHandler) -> testing.TestClient:
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL="http://127.0.0.1:9")
+    settings = make_settings(allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
     return testing.TestClient(create_app(settings, handler))
 
 
@@ -98,10 +98,10 @@ def test_a_wrong_or_missing_signature_is_401_and_records_nothing(gitea_client: t
 
 
 def test_a_repository_not_allowed_is_403_and_an_allowed_name_of_another_host_does_not_count(
-        make_settings: SettingsFactory, handler: RecordingHandler) -> None:
+        make_settings: SettingsFactory, own_env: OwnEnv, handler: RecordingHandler) -> None:
     # gitea/webhooks allowed on GitHub only: not on Gitea
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
-                             allowed_repos=GITEA_REPO)
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL="http://127.0.0.1:9")
+    settings = make_settings(allowed_repos=GITEA_REPO)
     client = testing.TestClient(create_app(settings, handler))
     result = send(client, gitea_payload("opened", sha=SHA))
     assert result.status_code == 403 and result.json["error"] == "Repository not in allowed list"
@@ -149,11 +149,11 @@ def test_gitea_is_off_until_its_secret_is_set(client: testing.TestClient) -> Non
     # other actions are acknowledged and ignored
     (gitea_payload("assigned", sha=SHA), "pull_request_assign", {}, []),
 ], ids=lambda value: value.decode()[:0] if isinstance(value, bytes) else None)
-def test_drafts_and_labels_gate_gitea_as_github(make_settings: SettingsFactory, handler: RecordingHandler,
-                                                body: bytes, event_type: str, gate: dict[str, str],
-                                                expected: list[str]) -> None:
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
-                             allowed_repos=f"gitea:{GITEA_REPO}", webhook_processing="sync", **gate)
+def test_drafts_and_labels_gate_gitea_as_github(make_settings: SettingsFactory, own_env: OwnEnv,
+                                                handler: RecordingHandler, body: bytes, event_type: str,
+                                                gate: dict[str, str], expected: list[str]) -> None:
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL="http://127.0.0.1:9")
+    settings = make_settings(allowed_repos=f"gitea:{GITEA_REPO}", webhook_processing="sync", **gate)
     client = testing.TestClient(create_app(settings, handler))
     result = send(client, body, event_type=event_type)
     assert result.status_code == 200, result.text
@@ -206,22 +206,33 @@ def test_the_api_comments_once_edits_in_place_and_reports_commit_statuses(fake_g
     assert fake_gitea.comments_on("gitea", "webhooks", 2)[0]["body"] == "retried"
 
 
-def test_doctor_lines_of_gitea(fake_gitea: FakeCodeHost, make_settings: SettingsFactory) -> None:
+def test_doctor_lines_of_gitea(fake_gitea: FakeCodeHost, make_settings: SettingsFactory, own_env: OwnEnv) -> None:
     [line] = gitea_host(fake_gitea).checks()
     assert line.ok and line.detail == "version 1.24.0; token of preview-bot"
     [tokenless] = gitea_host(fake_gitea, token="").checks()
     assert not tokenless.ok and "no GITEA_TOKEN" in tokenless.detail
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url=fake_gitea.url)
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL=fake_gitea.url)
+    settings = make_settings()
     hosts = build_plugin_host(load_entry_points=False).codehosts(settings, Metrics())
     assert [host.name for host in hosts] == ["github", "gitea"]
     assert GITEA_SECRET in hosts.masked([])
 
 
-def test_gitea_settings_are_checked(make_settings: SettingsFactory) -> None:
+def test_gitea_settings_are_checked(make_settings: SettingsFactory, own_env: OwnEnv) -> None:
     from orchestrator.settings import SettingsError
 
+    # GITEA_* are the gitea code host's own settings: read when it is built (start-up, doctor)
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET)
     with pytest.raises(SettingsError, match="GITEA_URL is required when GITEA_WEBHOOK_SECRET is set"):
-        make_settings(gitea_webhook_secret=GITEA_SECRET)
+        build_plugin_host(load_entry_points=False).codehosts(make_settings(), Metrics())
+    own_env(GITEA_URL="ftp://gitea.example")
+    with pytest.raises(SettingsError, match="GITEA_URL is not valid: must be an http:// or https:// URL"):
+        build_plugin_host(load_entry_points=False).codehosts(make_settings(), Metrics())
+    from orchestrator.cli.doctor import _codehost_checks  # doctor says so, as a line that stops the service
+
+    [line] = _codehost_checks(make_settings(), build_plugin_host(load_entry_points=False))
+    assert line.hard and not line.ok and "GITEA_URL is not valid" in line.detail
+    assert not hasattr(make_settings(), "gitea_url")  # the core settings know nothing of them
     with pytest.raises(SettingsError, match="ALLOWED_REPOS is not valid"):
         make_settings(allowed_repos="gitea:not-a-repo")
     settings = make_settings(allowed_repos=f"Acme/API,gitea:{GITEA_REPO},gitea:Team/App")
@@ -229,12 +240,14 @@ def test_gitea_settings_are_checked(make_settings: SettingsFactory) -> None:
     assert settings.allowed_for("gitea") == frozenset({"gitea/webhooks", "team/app"})
 
 
-def test_setup_nginx_exposes_the_webhook_of_each_host_that_is_on(make_settings: SettingsFactory) -> None:
+def test_setup_nginx_exposes_the_webhook_of_each_host_that_is_on(make_settings: SettingsFactory,
+                                                                  own_env: OwnEnv) -> None:
     from orchestrator.adapters.nginx_site import site_text
     from orchestrator.cli.service_commands import webhook_paths
 
     assert webhook_paths(make_settings()) == ["/webhook/github", "/webhook/codehost"]
-    on = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9")
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL="http://127.0.0.1:9")
+    on = make_settings()
     assert webhook_paths(on) == ["/webhook/github", "/webhook/codehost", "/webhook/gitea"]
     assert "location = /webhook/gitea {" in site_text(on, webhook_paths(on))
 
@@ -246,10 +259,10 @@ def test_the_record_the_api_and_the_dashboard_name_the_host(gitea_client: testin
     assert '<td class="repo">gitea:gitea/webhooks</td>' in gitea_client.simulate_get("/dashboard").text
 
 
-def test_a_closed_pull_request_is_never_deployed_again(make_settings: SettingsFactory,
+def test_a_closed_pull_request_is_never_deployed_again(make_settings: SettingsFactory, own_env: OwnEnv,
                                                       handler: RecordingHandler) -> None:
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
-                             allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync",
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET, GITEA_URL="http://127.0.0.1:9")
+    settings = make_settings(allowed_repos=f"{FIXTURE_REPO},gitea:{GITEA_REPO}", webhook_processing="sync",
                              preview_label="preview")
     client = testing.TestClient(create_app(settings, handler))
 
@@ -291,14 +304,14 @@ def test_an_agit_pull_request_counts_as_a_fork_s() -> None:
 
 
 def test_one_secret_per_code_host_and_one_preview_per_id_across_hosts(make_settings: SettingsFactory,
+                                                                      own_env: OwnEnv,
                                                                       handler: RecordingHandler) -> None:
-    from orchestrator.settings import SettingsError
-
-    with pytest.raises(SettingsError, match="CODEHOST_WEBHOOK_SECRET and GITEA_WEBHOOK_SECRET must differ"):
-        make_settings(gitea_webhook_secret=SECRET, gitea_url="http://127.0.0.1:9")
+    own_env(GITEA_WEBHOOK_SECRET=SECRET, GITEA_URL="http://127.0.0.1:9")
+    with pytest.raises(PluginError, match="code hosts 'github' and 'gitea' have the same webhook secret"):
+        create_app(make_settings(), handler)
     # gitea/webhooks on GitHub and on Gitea share gitea-webhooks-2: the first one holds it, the other gets 409
-    settings = make_settings(gitea_webhook_secret=GITEA_SECRET, gitea_url="http://127.0.0.1:9",
-                             allowed_repos=f"{GITEA_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
+    own_env(GITEA_WEBHOOK_SECRET=GITEA_SECRET)
+    settings = make_settings(allowed_repos=f"{GITEA_REPO},gitea:{GITEA_REPO}", webhook_processing="sync")
     client = testing.TestClient(create_app(settings, handler))
     github = pr_payload("opened", sha=SHA, repository=GITEA_REPO)
     assert client.simulate_post("/webhook/github", body=github, headers=webhook_headers(github)).status_code == 200

@@ -13,7 +13,7 @@ from falcon import testing
 from orchestrator.codehosts.gitlab import GitLab
 from orchestrator.http.app import create_app
 from orchestrator.plugin_api.codehost import ApiClient
-from tests.conftest import SettingsFactory
+from tests.conftest import OwnEnv, SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import GITLAB_PROJECT, GITLAB_SECRET, gitlab_headers, gitlab_payload
@@ -22,9 +22,9 @@ SHA = "d" * 40
 
 
 @pytest.fixture
-def gitlab_client(make_settings: SettingsFactory, handler: RecordingHandler) -> testing.TestClient:
-    settings = make_settings(gitlab_webhook_secret=GITLAB_SECRET, gitlab_url="http://127.0.0.1:9",
-                             allowed_repos=f"gitlab:{GITLAB_PROJECT},gitlab:Group/Sub.Team/my_app",
+def gitlab_client(make_settings: SettingsFactory, own_env: OwnEnv, handler: RecordingHandler) -> testing.TestClient:
+    own_env(GITLAB_WEBHOOK_SECRET=GITLAB_SECRET, GITLAB_URL="http://127.0.0.1:9")
+    settings = make_settings(allowed_repos=f"gitlab:{GITLAB_PROJECT},gitlab:Group/Sub.Team/my_app",
                              webhook_processing="sync", preview_label="preview")
     return testing.TestClient(create_app(settings, handler))
 

@@ -16,7 +16,7 @@ from orchestrator.plugin_api.runtime import Runtime
 from orchestrator.plugin_api.types import DatabaseWiring, ServiceWiring
 from orchestrator.rendering.compose_file import make_context
 from orchestrator.rendering.plugin_host import PluginHost
-from tests.conftest import SettingsFactory
+from tests.conftest import OwnEnv, SettingsFactory
 from tests.support.repos import config_for
 
 CONTEXT = make_context("acme", "api", 5, 8005, 9005, b"k")
@@ -54,13 +54,14 @@ def test_hook_po_codehosts(host: PluginHost) -> None:
     assert sorted(codehosts) == ["gitea", "github", "gitlab"]
 
 
-def test_hook_po_codehost(host: PluginHost, make_settings: SettingsFactory) -> None:
+def test_hook_po_codehost(host: PluginHost, make_settings: SettingsFactory, own_env: OwnEnv) -> None:
     metrics = Metrics()
     github = host.hook.po_codehost(name="github", settings=make_settings(), metrics=metrics)
     assert isinstance(github, CodeHost) and github.name == "github"
     # Gitea is off until its secret is set; a name no plugin serves is nobody's
     assert host.hook.po_codehost(name="gitea", settings=make_settings(), metrics=metrics) is None
-    on = make_settings(gitea_webhook_secret="s", gitea_url="http://127.0.0.1:9")
+    own_env(GITEA_WEBHOOK_SECRET="s", GITEA_URL="http://127.0.0.1:9")
+    on = make_settings()
     gitea = host.hook.po_codehost(name="gitea", settings=on, metrics=metrics)
     assert isinstance(gitea, CodeHost) and gitea.name == "gitea"
     assert host.hook.po_codehost(name="bitbucket", settings=on, metrics=metrics) is None

@@ -67,6 +67,9 @@ def _codehost_checks(settings: Settings, plugins: PluginHost | PluginError) -> l
         hosts = plugins.codehosts(settings, Metrics())
     except PluginError as exc:
         return [Check("the code hosts", False, str(exc), "disable the plugin that fails")]
+    except SettingsError as exc:  # a code host's own settings (GITEA_*, GITLAB_*)
+        return [Check("the code hosts' settings", False, "; ".join(exc.lines), "set them (docs/codehosts.md)",
+                      hard=True)]
     try:
         lines = [check for host in hosts for check in run_all_safely(host.checks, f"the code host {host.name}")]
     finally:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.cli.exits import service_settings_or_exit
-from orchestrator.settings import Settings
+from orchestrator.plugin_api.codehost import CodeHost
+from orchestrator.settings import DEFAULT_CODEHOST, Settings, SettingsError
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     try:
         app = create_app(settings)
-    except (InboxError, PluginError, ImportError, ValueError) as exc:
+    except (InboxError, PluginError, SettingsError, ImportError, ValueError) as exc:
         print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
         return 2
     host, port = args.host or settings.orchestrator_host, args.port or settings.orchestrator_port
@@ -60,13 +61,7 @@ def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -
     return "\n".join([
         f"preview-orchestrator {__version__} is serving on {service_url} (dashboard, API, /metrics)",
         f"  webhook secret: {secret}",
-        f"  code host: add a webhook with URL {base}/webhook/codehost, content type application/json, that "
-        "secret, and the \"Pull requests\" event",
-        *([f"  Gitea/Forgejo: add a webhook with URL {base}/webhook/gitea, content type application/json, "
-           "GITEA_WEBHOOK_SECRET, and the pull request events (docs/codehosts.md)"]
-          if settings.gitea_webhook_secret.get_secret_value() else []),
-        *([f"  GitLab: add a webhook with URL {base}/webhook/gitlab, the secret token GITLAB_WEBHOOK_SECRET, and "
-           "merge request events (docs/codehosts.md)"] if settings.gitlab_webhook_secret.get_secret_value() else []),
+        *registrations(settings, base),
         f"  allowed repositories: {repos}",
         "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
     ])
@@ -123,12 +118,25 @@ def setup_nginx(args: argparse.Namespace) -> int:
 
 def webhook_paths(settings: Settings) -> list[str]:
     """`/webhook/{name}` (and its aliases) of every code host that is on: what nginx exposes, and only that."""
+    return [f"/webhook/{path}" for host in _codehosts(settings) for path in (host.name, *host.aliases)]
+
+
+def registrations(settings: Settings, base: str) -> list[str]:
+    """What to register on each code host that is on (its plugin says, `CodeHost.registration`); GitHub's at the
+    spec's path."""
+    lines = []
+    for host in _codehosts(settings):
+        github = host.name == DEFAULT_CODEHOST
+        url = f"{base}/webhook/{'codehost' if github else host.name}"
+        lines.append(f"  {'code host' if github else host.name}: {host.registration.format(url=url)}")
+    return lines
+
+
+def _codehosts(settings: Settings) -> list[CodeHost]:
     from orchestrator.observability.metrics import Metrics
     from orchestrator.rendering.plugin_host import build_plugin_host
 
     plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     hosts = plugins.codehosts(settings, Metrics())
-    try:
-        return [f"/webhook/{path}" for host in hosts for path in (host.name, *host.aliases)]
-    finally:
-        hosts.close()
+    hosts.close()  # only their names and texts are read
+    return list(hosts)

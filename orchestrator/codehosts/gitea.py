@@ -18,10 +18,11 @@ from typing import Any
 
 import httpx
 from pydantic import Field, ValidationError
+from pydantic_settings import SettingsConfigDict
 
 from orchestrator.common.problems import describe_problems
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api import Check, ServerHostSettings, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
@@ -57,16 +58,23 @@ def po_codehosts() -> list[CodeHostSpec]:
     return [CodeHostSpec(name=NAME, description="Gitea and Forgejo (GITEA_URL, GITEA_TOKEN, GITEA_WEBHOOK_SECRET)")]
 
 
+class GiteaSettings(ServerHostSettings):
+    """GITEA_URL, GITEA_TOKEN, GITEA_WEBHOOK_SECRET (docs/codehosts.md): on when the secret is set."""
+
+    model_config = SettingsConfigDict(env_prefix="GITEA_")
+
+
 @hookimpl(trylast=True)
 def po_codehost(name: str, settings: Any, metrics: Metrics) -> Gitea | None:
-    secret = settings.gitea_webhook_secret.get_secret_value()
-    if name != NAME or not secret:
+    if name != NAME:
         return None
-    token = settings.gitea_token.get_secret_value()
+    own = read_own_settings(GiteaSettings)
+    if not own.on or own.url is None:
+        return None
+    token = own.token.get_secret_value()
     headers = {"Accept": "application/json", **({"Authorization": f"token {token}"} if token else {})}
-    api = ApiClient(f"{settings.gitea_url}/api/v1", headers, retry_base=settings.codehost_retry_base_seconds,
-                    metrics=metrics)
-    return Gitea(api, settings.gitea_url, token, secret)
+    api = ApiClient(f"{own.url}/api/v1", headers, retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
+    return Gitea(api, own.url, token, own.webhook_secret.get_secret_value())
 
 
 # The part of a delivery the service reads, bounded ------------------------------------------------------
@@ -159,6 +167,8 @@ class Gitea(ApiCodeHost):
     name = NAME
     event_header = "X-Gitea-Event"
     delivery_header = "X-Gitea-Delivery"
+    registration = ("add a webhook with URL {url}, content type application/json, GITEA_WEBHOOK_SECRET, and the "
+                    "pull request events (docs/codehosts.md)")
 
     # Deliveries -----------------------------------------------------------------------------------------
 

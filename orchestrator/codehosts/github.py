@@ -78,6 +78,8 @@ class GitHub(ApiCodeHost):
     event_header = "X-GitHub-Event"
     delivery_header = "X-GitHub-Delivery"
     aliases = ("codehost",)  # the spec's path
+    registration = "add a webhook with URL {url}, content type application/json, that secret, and the \"Pull " \
+                   "requests\" event"
 
     def __init__(self, api: ApiClient, url: str, token: str, secret: str, app: AppTokens | None = None) -> None:
         super().__init__(api, url, token, secret)

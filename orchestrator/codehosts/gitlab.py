@@ -20,10 +20,11 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import Field, ValidationError
+from pydantic_settings import SettingsConfigDict
 
 from orchestrator.common.problems import describe_problems
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api import Check, ServerHostSettings, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
@@ -56,15 +57,24 @@ def po_codehosts() -> list[CodeHostSpec]:
     return [CodeHostSpec(name=NAME, description="GitLab (GITLAB_URL, GITLAB_TOKEN, GITLAB_WEBHOOK_SECRET)")]
 
 
+class GitLabSettings(ServerHostSettings):
+    """GITLAB_URL (the API under /api/v4), GITLAB_TOKEN, GITLAB_WEBHOOK_SECRET (docs/codehosts.md): on when the
+    secret is set."""
+
+    model_config = SettingsConfigDict(env_prefix="GITLAB_")
+
+
 @hookimpl(trylast=True)
 def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitLab | None:
-    secret = settings.gitlab_webhook_secret.get_secret_value()
-    if name != NAME or not secret:
+    if name != NAME:
         return None
-    token = settings.gitlab_token.get_secret_value()
-    api = ApiClient(f"{settings.gitlab_url}/api/v4", {"PRIVATE-TOKEN": token} if token else {},
+    own = read_own_settings(GitLabSettings)
+    if not own.on or own.url is None:
+        return None
+    token = own.token.get_secret_value()
+    api = ApiClient(f"{own.url}/api/v4", {"PRIVATE-TOKEN": token} if token else {},
                     retry_base=settings.codehost_retry_base_seconds, metrics=metrics)
-    return GitLab(api, settings.gitlab_url, token, secret)
+    return GitLab(api, own.url, token, own.webhook_secret.get_secret_value())
 
 
 # The part of a delivery the service reads, bounded ------------------------------------------------------
@@ -173,6 +183,8 @@ class GitLab(ApiCodeHost):
     name = NAME
     event_header = "X-Gitlab-Event"
     delivery_header = "X-Gitlab-Event-UUID"
+    registration = ("add a webhook with URL {url}, the secret token GITLAB_WEBHOOK_SECRET, and merge request "
+                    "events (docs/codehosts.md)")
 
     # Deliveries -----------------------------------------------------------------------------------------
 

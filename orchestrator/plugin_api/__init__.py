@@ -31,7 +31,7 @@ from orchestrator.plugin_api.codehost import (
     upsert_issue_comment,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
-from orchestrator.plugin_api.own_settings import OwnSettings, read_own_settings
+from orchestrator.plugin_api.own_settings import OwnSettings, ServerHostSettings, read_own_settings
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec, SeedFailed
@@ -87,6 +87,7 @@ __all__ = [
     "FlowControl",
     "FrameworkSpec",
     "OwnSettings",
+    "ServerHostSettings",
     "PreviewConfig",
     "ProjectFiles",
     "RenderContext",

@@ -212,6 +212,8 @@ class CodeHost:
     event_header: ClassVar[str] = ""  # the header naming the event (its value labels the webhook metrics)
     delivery_header: ClassVar[str] = ""  # the header with the delivery's unique id (redeliveries keep it)
     aliases: ClassVar[tuple[str, ...]] = ()  # more webhook paths than /webhook/{name}
+    # What an operator registers on the host, for `serve`'s first lines: `{url}` is this host's webhook URL.
+    registration: ClassVar[str] = "add a webhook with URL {url} (docs/codehosts.md)"
 
     def claims(self, delivery: Delivery) -> str | None:
         """Why this delivery is not this host's (it carries another host's headers), or None."""
@@ -282,6 +284,11 @@ class CodeHost:
         """The secret values this host holds (tokens, webhook secrets): masked in logs and deployment logs."""
         return []
 
+    def webhook_secret(self) -> str | None:
+        """The secret its deliveries are signed with: no two hosts that are on may share one (a delivery one host
+        signed would pass at another host's path as that host's pull request)."""
+        return None
+
     def checks(self) -> list[Check]:
         """This host's lines of `doctor` (API reachable, token accepted, secret set)."""
         return []
@@ -302,6 +309,9 @@ class ApiCodeHost(CodeHost):
 
     def secrets(self) -> list[str]:
         return [value for value in (self.token, self.secret.decode()) if value]
+
+    def webhook_secret(self) -> str | None:
+        return self.secret.decode() or None
 
     def clone_authorization(self, clone_url: str) -> str | None:
         """The token for clone URLs of `url`'s own scheme, host and port (a server whose API is under its own

@@ -8,9 +8,10 @@ writes it and never echoing its value: start-up stops and `doctor` shows the sen
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.settings import SettingsError, describe_errors
@@ -27,6 +28,36 @@ class OwnSettings(BaseSettings):
         """The values of its SecretStr fields that are set: masked in logs and deployment logs."""
         return [value.get_secret_value() for value in self.__dict__.values()
                 if isinstance(value, SecretStr) and value.get_secret_value()]
+
+
+class ServerHostSettings(OwnSettings):
+    """A self-hosted code host's settings (Gitea's GITEA_*, GitLab's GITLAB_*): its server's address, an API token
+    and the webhook secret; on when the secret is set, which then needs the address. Subclasses set the prefix."""
+
+    url: str | None = None
+    token: SecretStr = SecretStr("")
+    webhook_secret: SecretStr = SecretStr("")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _url_when_on(self) -> ServerHostSettings:
+        prefix = str(self.model_config.get("env_prefix") or "")
+        if self.webhook_secret.get_secret_value() and not self.url:
+            raise ValueError(f"{prefix}URL is required when {prefix}WEBHOOK_SECRET is set (the server's address, "
+                             f"e.g. https://{prefix.rstrip('_').lower()}.example.com)")
+        return self
+
+    @property
+    def on(self) -> bool:
+        return bool(self.webhook_secret.get_secret_value())
 
 
 Own = TypeVar("Own", bound=OwnSettings)

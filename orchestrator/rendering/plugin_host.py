@@ -197,6 +197,13 @@ class PluginHost:
                     raise PluginError(f"code hosts {paths[path]!r} and {name!r} both want /webhook/{path}")
                 paths[path] = name
             hosts.append(host)
+        signed: dict[str, str] = {}
+        for host in hosts:  # one secret per code host: a delivery one host signed must not pass at another's path
+            if (secret := host.webhook_secret()) is not None:
+                if secret in signed:
+                    raise PluginError(f"code hosts {signed[secret]!r} and {host.name!r} have the same webhook secret: "
+                                      "each code host needs a secret of its own")
+                signed[secret] = host.name
         return CodeHosts(hosts)
 
     def describe(self) -> list[dict[str, Any]]:
