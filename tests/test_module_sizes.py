@@ -16,19 +16,17 @@ PACKAGES = ("orchestrator", "frameworks", "databases", "plugins")
 LIMIT = 300
 # To split, largest first; each may shrink, none may grow.
 OVER = {
-    "orchestrator/plugin_api/codehost.py": 489,
-    "orchestrator/settings.py": 484,
+    "orchestrator/settings.py": 456,
     "orchestrator/runtime/data_seeds.py": 437,
     "orchestrator/runtime/swarm/runtime.py": 424,
     "orchestrator/flows/build_steps.py": 407,
     "orchestrator/http/openapi.py": 384,
     "orchestrator/rendering/compose_policy.py": 369,
-    "orchestrator/codehosts/gitlab.py": 351,
+    "orchestrator/plugin_api/codehost.py": 356,
     "orchestrator/adapters/nginx/proxy.py": 332,
     "orchestrator/state/records.py": 323,
     "orchestrator/runtime/compose.py": 315,
-    "orchestrator/rendering/plugin_host.py": 310,
-    "orchestrator/events/inbox.py": 308,
+    "orchestrator/events/inbox.py": 304,
     "orchestrator/runtime/swarm/stack.py": 303,
 }
 

@@ -20,7 +20,7 @@ from orchestrator.events.codehost_reconcile import CodeHostReconcile
 from orchestrator.events.inbox import Inbox
 from orchestrator.flows import comments
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.codehost import MAX_PAGES, ApiClient, CodeHostError, RateLimit
+from orchestrator.plugin_api.api_client import MAX_PAGES, ApiClient, CodeHostError, RateLimit
 from orchestrator.rendering.plugin_host import CodeHosts
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent

@@ -18,7 +18,7 @@ from datetime import datetime
 
 import jwt
 
-from orchestrator.plugin_api.codehost import ApiClient, CodeHostError
+from orchestrator.plugin_api.api_client import ApiClient, CodeHostError
 
 JWT_LIFETIME = 540  # seconds; GitHub refuses more than 600
 CLOCK_DRIFT = 60  # `iat` this far back, as GitHub recommends

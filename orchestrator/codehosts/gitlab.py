@@ -14,14 +14,22 @@ The API is GITLAB_URL/api/v4 with GITLAB_TOKEN (`PRIVATE-TOKEN`): the merge requ
 from __future__ import annotations
 
 import hmac
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 from pydantic_settings import SettingsConfigDict
 
+from orchestrator.codehosts.gitlab_payload import (
+    Attributes,
+    Changes,
+    ListedMergeRequest,
+    ListedProject,
+    MergeRequestDelivery,
+    NoteDelivery,
+    gitlab_time,
+)
 from orchestrator.common.problems import describe_problems
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api import Check, ServerHostSettings, hookimpl, read_own_settings
@@ -32,7 +40,6 @@ from orchestrator.plugin_api.codehost import (
     CodeHostSpec,
     Delivery,
     Ignored,
-    PayloadModel,
     PullRequestChange,
     PullRequestComment,
     WebhookRejected,
@@ -77,108 +84,6 @@ def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitLab | None:
     return GitLab(api, own.url, token, own.webhook_secret.get_secret_value())
 
 
-# The part of a delivery the service reads, bounded ------------------------------------------------------
-
-
-class _Project(PayloadModel):
-    path_with_namespace: str = Field(max_length=1000)
-    git_http_url: str | None = Field(default=None, max_length=2048)
-
-
-class _Commit(PayloadModel):
-    id: str = Field(max_length=64)
-
-
-class _Change(PayloadModel):
-    previous: Any = None
-    current: Any = None
-
-
-class _Changes(PayloadModel):
-    draft: _Change | None = None
-    work_in_progress: _Change | None = None
-    labels: _Change | None = None
-
-
-class _Attributes(PayloadModel):
-    iid: int = Field(ge=1)
-    action: str | None = Field(default=None, max_length=40)
-    source_branch: str | None = Field(default=None, max_length=255)
-    target_branch: str | None = Field(default=None, max_length=255)
-    last_commit: _Commit | None = None
-    oldrev: str | None = Field(default=None, max_length=64)
-    draft: bool = False
-    work_in_progress: bool = False
-    source: _Project | None = None
-    state: str = Field(default="opened", max_length=20)
-    updated_at: str | None = Field(default=None, max_length=40)
-
-
-class _ListedProject(PayloadModel):
-    """`GET /projects/{id}`: the part the listing needs."""
-
-    id: int
-    path_with_namespace: str = Field(max_length=1000)
-    http_url_to_repo: str | None = Field(default=None, max_length=2048)
-
-
-class _ListedMergeRequest(PayloadModel):
-    """An item of `GET /projects/{id}/merge_requests?state=opened`."""
-
-    iid: int = Field(ge=1)
-    sha: str | None = Field(default=None, max_length=64)
-    source_branch: str | None = Field(default=None, max_length=255)
-    target_branch: str | None = Field(default=None, max_length=255)
-    source_project_id: int | None = None
-    draft: bool = False
-    work_in_progress: bool = False
-    labels: Any = None  # names, read leniently
-    updated_at: str | None = Field(default=None, max_length=40)
-    state: str = Field(default="opened", max_length=20)
-
-
-class _NoteUser(PayloadModel):
-    username: str = Field(max_length=255)
-    id: int | None = None
-
-
-class _Note(PayloadModel):
-    id: int | None = None
-    created_at: str | None = Field(default=None, max_length=40)
-    note: str = Field(default="", max_length=65536)
-    noteable_type: str | None = Field(default=None, max_length=40)
-    action: str | None = Field(default=None, max_length=40)  # `create`/`update` (GitLab 16+); absent before
-
-
-class _NoteMergeRequest(PayloadModel):
-    iid: int = Field(ge=1)
-
-
-class _NoteDelivery(PayloadModel):
-    project: _Project
-    object_attributes: _Note
-    user: _NoteUser
-    merge_request: _NoteMergeRequest | None = None
-
-
-class _Delivery(PayloadModel):
-    object_kind: str = Field(max_length=40)
-    project: _Project
-    object_attributes: _Attributes
-    labels: Any = None  # read leniently (labels_of): the gating's input never refuses a delivery
-    changes: _Changes | None = None
-
-
-def _time(value: str | None) -> datetime | None:
-    """GitLab's times: ISO 8601 (`2013-12-03T17:23:34.123Z`), or `2013-12-03 17:23:34 UTC` in older versions."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace(" UTC", "+00:00").replace("Z", "+00:00"))
-    except ValueError:
-        raise WebhookRejected(400, "Invalid payload: object_attributes.updated_at is not a time") from None
-
-
 class GitLab(ApiCodeHost):
     name = NAME
     event_header = "X-Gitlab-Event"
@@ -200,7 +105,7 @@ class GitLab(ApiCodeHost):
         if event != EVENT:
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         try:
-            payload = _Delivery.model_validate(json_object(delivery.body))
+            payload = MergeRequestDelivery.model_validate(json_object(delivery.body))
         except ValidationError as exc:
             raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
         if payload.object_kind != "merge_request":
@@ -219,14 +124,14 @@ class GitLab(ApiCodeHost):
             head_sha=mr.last_commit.id if mr.last_commit else None,
             clone_url=(source.git_http_url if source else None) or payload.project.git_http_url,
             head_repository=source.path_with_namespace if source else None, base_ref=mr.target_branch,
-            updated_at=_time(mr.updated_at), draft=draft, labels=labels_of(payload.labels, "title"),
+            updated_at=gitlab_time(mr.updated_at), draft=draft, labels=labels_of(payload.labels, "title"),
             open=mr.state == "opened")
 
     @staticmethod
     def _note(delivery: Delivery) -> PullRequestComment | Ignored:
         """A `Note Hook`: a comment on a merge request, or why it is ignored."""
         try:
-            payload = _NoteDelivery.model_validate(json_object(delivery.body))
+            payload = NoteDelivery.model_validate(json_object(delivery.body))
         except ValidationError as exc:
             raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
         note = payload.object_attributes
@@ -237,10 +142,10 @@ class GitLab(ApiCodeHost):
         owner, _, name = payload.project.path_with_namespace.rpartition("/")
         return PullRequestComment(owner=owner, name=name, number=payload.merge_request.iid,
                                   author=payload.user.username, body=note.note, author_id=payload.user.id,
-                                  comment_id=note.id, created_at=_time(note.created_at))
+                                  comment_id=note.id, created_at=gitlab_time(note.created_at))
 
     @staticmethod
-    def _update(mr: _Attributes, changes: _Changes | None, draft: bool) -> str | None:
+    def _update(mr: Attributes, changes: Changes | None, draft: bool) -> str | None:
         """An `update`: new commits (`oldrev`), else a draft change, else a label change, else nothing to do."""
         if mr.oldrev:
             return "synchronize"
@@ -283,7 +188,7 @@ class GitLab(ApiCodeHost):
         if project is None:
             raise CodeHostError(f"project {owner}/{repo} not found")
         base_owner, _, name = project.path_with_namespace.rpartition("/")
-        sources: dict[int, _ListedProject | None] = {project.id: project}
+        sources: dict[int, ListedProject | None] = {project.id: project}
         changes = []
         if path == "/merge_requests":
             items = self.api.paged("merge_requests", f"/projects/{project.id}{path}",
@@ -292,8 +197,8 @@ class GitLab(ApiCodeHost):
             items = [self.api.check(self.api.request("merge_request", "GET", f"/projects/{project.id}{path}")).json()]
         for item in items:
             try:
-                mr = _ListedMergeRequest.model_validate(item)
-                updated = _time(mr.updated_at)
+                mr = ListedMergeRequest.model_validate(item)
+                updated = gitlab_time(mr.updated_at)
             except (ValidationError, WebhookRejected) as exc:
                 problem = describe_problems(exc) if isinstance(exc, ValidationError) else exc.message
                 changes.append(unreadable_item(base_owner, name, item, problem))
@@ -311,13 +216,13 @@ class GitLab(ApiCodeHost):
                 labels=frozenset(str(label)[:255].lower() for label in names if isinstance(label, str))))
         return changes
 
-    def _project_info(self, project: str) -> _ListedProject | None:
+    def _project_info(self, project: str) -> ListedProject | None:
         """`GET /projects/{id or url-encoded path}`, None when it is not there (a deleted fork)."""
         response = self.api.request("project", "GET", f"/projects/{project}")
         if response.status_code == 404:
             return None
         try:
-            return _ListedProject.model_validate(self.api.check(response).json())
+            return ListedProject.model_validate(self.api.check(response).json())
         except (ValidationError, ValueError) as exc:
             raise CodeHostError(f"GET /projects/{project}: not a project ({type(exc).__name__})") from None
 

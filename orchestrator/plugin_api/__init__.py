@@ -9,19 +9,17 @@ is a short one). Names here stay stable; the modules behind them may move.
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.codehost import (
-    ApiClient,
     ApiCodeHost,
     CodeHost,
-    CodeHostError,
     CodeHostSpec,
     Delivery,
     Ignored,
     PayloadModel,
     PullRequestChange,
     PullRequestComment,
-    RateLimit,
     WebhookRejected,
     find_issue_comment,
     json_object,

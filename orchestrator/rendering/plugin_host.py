@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +28,7 @@ from orchestrator.plugin_api.types import (
     ServiceSpec,
     ServiceWiring,
 )
+from orchestrator.rendering.codehost_set import CodeHosts
 
 ENTRY_POINT_GROUP = "preview_orchestrator"
 DISTRIBUTION = "preview-orchestrator"
@@ -58,37 +59,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 
 class PluginError(Exception):
     """Plugins cannot be loaded together; the message names the plugins involved."""
-
-
-class CodeHosts:
-    """The code hosts that are on, by name; what the webhook routes, the flows' reports and git's clone
-    credentials are looked up in."""
-
-    def __init__(self, hosts: Iterable[CodeHost]) -> None:
-        self._hosts = {host.name: host for host in hosts}
-
-    def __iter__(self) -> Iterator[CodeHost]:
-        return iter(self._hosts.values())
-
-    def get(self, name: str) -> CodeHost | None:
-        return self._hosts.get(name)
-
-    def names(self) -> list[str]:
-        return list(self._hosts)
-
-    def clone_authorization(self, codehost: str, clone_url: str) -> str | None:
-        """The pull request's code host's credentials for `clone_url` (it gives them only for its own URLs); no
-        other host is asked, so one host's token never goes to a URL another host's pull request names."""
-        host = self.get(codehost)
-        return host.clone_authorization(clone_url) if host is not None else None
-
-    def masked(self, others: Iterable[str]) -> list[str]:
-        """What logs and deployment logs mask: `others` (the settings' secrets) and every host's, once each."""
-        return list(dict.fromkeys([*others, *(value for host in self for value in host.secrets())]))
-
-    def close(self) -> None:
-        for host in self:
-            host.close()
 
 
 @dataclass
