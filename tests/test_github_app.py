@@ -140,3 +140,23 @@ def test_app_settings_come_together_and_the_key_must_be_readable(make_settings: 
         make_settings(github_app_id=APP_ID)
     with pytest.raises(SettingsError, match="is not a file this service can read"):
         make_settings(github_app_id=APP_ID, github_app_private_key_file=tmp_path / "missing.pem")
+
+
+def test_a_delivery_names_its_installation(fake: FakeCodeHost, keys: tuple[bytes, bytes]) -> None:
+    """A GitHub App's delivery carries `installation.id` (the body is signed): its token is asked for that
+    installation, without looking it up by repository."""
+    import json
+
+    from orchestrator.plugin_api.codehost import Delivery, PullRequestChange
+    from tests.support.payloads import pr_payload, webhook_headers
+
+    fake.installations["acme/web"] = 9  # the app is installed there; the delivery says so first
+    host = app_host(fake, keys[0])
+    data = json.loads(pr_payload("opened", number=4, repository="acme/web"))
+    data["installation"] = {"id": 9, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uOQ=="}
+    body = json.dumps(data).encode()
+    headers = {key.lower(): value for key, value in webhook_headers(body, secret="webhook-secret").items()}
+    parsed = host.parse(Delivery(headers, body))
+    assert isinstance(parsed, PullRequestChange) and (parsed.owner, parsed.name) == ("acme", "web")
+    host.upsert_comment("acme", "web", 4, None, "building")
+    assert paths(fake) == ["POST /app/installations/9/access_tokens", "POST /repos/acme/web/issues/4/comments"]

@@ -80,3 +80,30 @@ def test_a_merge_request_opens_updates_and_merges_its_preview(stack: Stack, gitl
     wait_until(lambda: f"{SLUG}-5" not in stack.records(), timeout=120, message="cleanup")
     assert_fully_removed(stack, 5, slug=SLUG)
     wait_until(lambda: "removed" in note(gitlab, 5).lower(), timeout=30, message="the removal in the note")
+
+
+def test_a_delivery_without_its_token_or_of_a_project_not_allowed_records_nothing(stack: Stack) -> None:
+    repo = make_pr_repo(stack.root / "repos", "python", "feature/gitlab-refused", config=config_for("python"))
+    body = gitlab_payload("open", iid=6, sha=repo.sha_a, ref=repo.branch, project=PROJECT, clone_url=repo.clone_url)
+    headers = {key: value for key, value in gitlab_headers().items() if key != "X-Gitlab-Token"}
+    missing = httpx.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=headers, timeout=10)
+    assert (missing.status_code, missing.json()) == (401, {"error": "Invalid signature"})
+    wrong = httpx.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers("nope"),
+                       timeout=10)
+    assert (wrong.status_code, wrong.json()) == (401, {"error": "Invalid signature"})
+    other = gitlab_payload("open", iid=6, sha=repo.sha_a, ref=repo.branch, project="platform/web-team/admin",
+                           clone_url=repo.clone_url)
+    refused = httpx.post(f"{stack.service.url}/webhook/gitlab", content=other, headers=gitlab_headers(), timeout=10)
+    assert (refused.status_code, refused.json()) == (403, {"error": "Repository not in allowed list"})
+    assert not any(record.endswith("-6") for record in stack.records())
+
+
+def test_a_merge_request_closed_without_merging_removes_its_preview(stack: Stack, gitlab: FakeCodeHost) -> None:
+    repo = make_pr_repo(stack.root / "repos", "python", "feature/gitlab-closed", config=config_for("python"))
+    deliver(stack, gitlab_payload("open", iid=7, sha=repo.sha_a, ref=repo.branch, project=PROJECT,
+                                  clone_url=repo.clone_url))
+    wait_until(lambda: running(stack, 7, repo.sha_a), timeout=420, message="the merge request's preview running")
+    deliver(stack, gitlab_payload("close", iid=7, sha=repo.sha_a, ref=repo.branch, project=PROJECT,
+                                  clone_url=repo.clone_url))
+    wait_until(lambda: f"{SLUG}-7" not in stack.records(), timeout=120, message="cleanup")
+    assert_fully_removed(stack, 7, slug=SLUG)

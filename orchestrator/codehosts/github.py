@@ -30,6 +30,7 @@ from orchestrator.plugin_api.codehost import (
     PullRequestComment,
     WebhookRejected,
     find_issue_comment,
+    json_object,
     signature_matches,
     unreadable_item,
     upsert_issue_comment,
@@ -105,7 +106,14 @@ class GitHub(ApiCodeHost):
             raise WebhookRejected(401, "Invalid signature")
 
     def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
-        return parse_pull_request(delivery.body, delivery.header(self.event_header))
+        parsed = parse_pull_request(delivery.body, delivery.header(self.event_header))
+        if self.app is not None and isinstance(parsed, PullRequestChange | PullRequestComment):
+            # A GitHub App's delivery names its installation (verified: the body is signed); the service's own
+            # calls for other repositories look it up (GET /repos/{owner}/{repo}/installation).
+            installation = json_object(delivery.body).get("installation")
+            if isinstance(installation, dict):
+                self.app.remember(parsed.owner, parsed.name, installation.get("id"))
+        return parsed
 
     # The API --------------------------------------------------------------------------------------------
 

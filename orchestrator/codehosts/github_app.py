@@ -62,6 +62,13 @@ class AppTokens:
             self._tokens[installation] = InstallationToken(str(data["token"]), expires)
             return str(data["token"])
 
+    def remember(self, owner: str, repo: str, installation: object) -> None:
+        """The installation a verified delivery of `owner/repo` names (its `installation.id`): the token is asked
+        for it, without looking the installation up."""
+        if isinstance(installation, int) and not isinstance(installation, bool) and installation > 0:
+            with self._lock:
+                self._installations[f"{owner}/{repo}".lower()] = installation
+
     def _installation(self, owner: str, repo: str) -> int:
         key = f"{owner}/{repo}".lower()
         if key not in self._installations:
