@@ -101,8 +101,11 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
                and "Started by `/preview redeploy`" in sticky(stack, pr) and "Preview ready" in sticky(stack, pr),
                timeout=120, message="redeployed")
 
+    before = stack.records()[f"{SLUG}-{pr}"]["updatedAt"]
     comment(stack, pr, "/preview extend", "maintainer")
     assert "The preview is kept until" in wait_reply(stack, pr, "@maintainer", "kept until")
+    # the time-to-live counts from now: CLEANUP_TTL_DAYS reads the record's updatedAt
+    assert stack.records()[f"{SLUG}-{pr}"]["updatedAt"] > before
     comment(stack, pr, "/preview `@team` frobnicate", "maintainer")  # never echoed
     reply = wait_reply(stack, pr, "not a `/preview` command")
     assert "@team" not in reply and "frobnicate" not in reply and "/preview redeploy" in reply

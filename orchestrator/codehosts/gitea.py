@@ -20,9 +20,7 @@ import httpx
 from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
 
-from orchestrator.common.problems import describe_problems
-from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api import Check, ServerHostSettings, hookimpl, read_own_settings
+from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,

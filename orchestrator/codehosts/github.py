@@ -17,8 +17,7 @@ import httpx
 
 from orchestrator.codehosts.github_app import AppTokens
 from orchestrator.codehosts.github_payload import listed_pull_request, parse_pull_request
-from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api import Check, hookimpl
+from orchestrator.plugin_api import Check, Metrics, hookimpl
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,

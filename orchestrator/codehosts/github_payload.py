@@ -9,8 +9,14 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from orchestrator.common.naming import SHA_PATTERN, branch_problem
-from orchestrator.common.problems import describe_problems
+from orchestrator.plugin_api import (
+    HANDLED_ACTIONS,
+    MAX_PR_NUMBER,
+    SHA_PATTERN,
+    PullRequestAction,
+    branch_problem,
+    describe_problems,
+)
 from orchestrator.plugin_api.codehost import (
     ACTIONS,
     CodeHostError,
@@ -22,7 +28,6 @@ from orchestrator.plugin_api.codehost import (
     json_object,
     labels_of,
 )
-from orchestrator.state.records import HANDLED_ACTIONS, MAX_PR_NUMBER, PullRequestAction
 
 
 class Owner(PayloadModel):

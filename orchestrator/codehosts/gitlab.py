@@ -30,9 +30,7 @@ from orchestrator.codehosts.gitlab_payload import (
     NoteDelivery,
     gitlab_time,
 )
-from orchestrator.common.problems import describe_problems
-from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api import Check, ServerHostSettings, hookimpl, read_own_settings
+from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,

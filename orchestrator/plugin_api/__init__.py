@@ -9,6 +9,9 @@ is a short one). Names here stay stable; the modules behind them may move.
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.common.naming import SHA_PATTERN, branch_problem
+from orchestrator.common.problems import describe_problems
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.codehost import (
@@ -50,8 +53,16 @@ from orchestrator.plugin_api.types import (
     ServiceWiring,
     database_app_env,
 )
+from orchestrator.state.records import HANDLED_ACTIONS, MAX_PR_NUMBER, PullRequestAction
 
 __all__ = [
+    "SHA_PATTERN",
+    "branch_problem",
+    "describe_problems",
+    "Metrics",
+    "HANDLED_ACTIONS",
+    "MAX_PR_NUMBER",
+    "PullRequestAction",
     "DEPLOYMENT_LABEL",
     "ApiClient",
     "ApiCodeHost",
