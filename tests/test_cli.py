@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from orchestrator.rendering.compose_file import make_context
@@ -111,3 +112,21 @@ def test_init_writes_a_valid_config_and_never_overwrites(tmp_path: Path) -> None
     assert cli("validate", str(repo)).returncode == 0
     again = cli("init", str(repo))
     assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_the_commands_find_the_service_where_it_listens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORCHESTRATOR_PORT (or PREVIEW_ORCHESTRATOR_URL) read as the service reads it: the environment, then `.env`
+    in the working directory; --url wins."""
+    from orchestrator.cli.service_client import service_url
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("ORCHESTRATOR_PORT", "PREVIEW_ORCHESTRATOR_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert service_url(None) == "http://127.0.0.1:3000"
+    (tmp_path / ".env").write_text("ORCHESTRATOR_PORT=4321\nCODEHOST_WEBHOOK_SECRET=x\n")
+    assert service_url(None) == "http://127.0.0.1:4321"  # where `serve` listens with that .env
+    monkeypatch.setenv("ORCHESTRATOR_PORT", "4400")
+    assert service_url(None) == "http://127.0.0.1:4400"
+    (tmp_path / ".env").write_text("PREVIEW_ORCHESTRATOR_URL=http://previews.internal:3000/\n")
+    assert service_url(None) == "http://previews.internal:3000"
+    assert service_url("http://elsewhere:1/") == "http://elsewhere:1"

@@ -7,7 +7,6 @@ The service is found at --url, else PREVIEW_ORCHESTRATOR_URL, else http://127.0.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.common.humanize import age
 from orchestrator.common.text_table import format_table, printable
@@ -27,12 +28,27 @@ class ServiceUnreachable(Exception):
     pass
 
 
+class ClientSettings(BaseSettings):
+    """Where the service listens, read as the service reads its own settings: the environment, then `.env` in the
+    working directory (an ORCHESTRATOR_PORT the service took from `.env` is the one these commands ask)."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore",
+                                      case_sensitive=False)
+
+    preview_orchestrator_url: str = ""
+    orchestrator_port: int = Field(default=3000, ge=1, le=65535)
+
+
 def service_url(explicit: str | None) -> str:
     if explicit:
         return explicit.rstrip("/")
-    if os.environ.get("PREVIEW_ORCHESTRATOR_URL"):
-        return os.environ["PREVIEW_ORCHESTRATOR_URL"].rstrip("/")
-    return f"http://127.0.0.1:{os.environ.get('ORCHESTRATOR_PORT', '3000')}"
+    try:
+        found = ClientSettings()
+    except ValidationError:  # the service refuses it too, and says so at its start
+        found = ClientSettings(_env_file=None, orchestrator_port=3000, preview_orchestrator_url="")
+    if found.preview_orchestrator_url:
+        return found.preview_orchestrator_url.rstrip("/")
+    return f"http://127.0.0.1:{found.orchestrator_port}"
 
 
 def _error(response: httpx.Response) -> str:
