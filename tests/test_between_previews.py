@@ -430,7 +430,7 @@ def test_a_compose_file_cannot_name_the_built_images(tmp_path: Path, service: di
     "# escape=`\nFROM po-`\nbuild/0123-app\n",
 ])
 def test_a_dockerfile_cannot_name_the_built_images(tmp_path: Path, dockerfile: str) -> None:
-    from orchestrator.rendering.compose_policy import dockerfile_problems
+    from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 
     (tmp_path / "Dockerfile").write_text(dockerfile)
     assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == [
@@ -472,7 +472,7 @@ def test_an_image_id_cannot_stand_for_another_preview_s_image(tmp_path: Path, fi
     "FROM python:3.12\nRUN --mount=type=bind,from=beef,target=/s cp -r /s /x\n",
 ])
 def test_a_dockerfile_cannot_name_an_image_by_its_id(tmp_path: Path, dockerfile: str) -> None:
-    from orchestrator.rendering.compose_policy import dockerfile_problems
+    from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 
     (tmp_path / "Dockerfile").write_text(dockerfile)
     [problem] = dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile")

@@ -3,6 +3,9 @@ shares a cache mount by its id, or by its target when it has none, across the wh
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,3 +89,33 @@ def test_every_cache_mount_of_any_file_ends_up_keyed_and_nothing_else_changes(pa
                 if line and "type=cache" not in line and not line.startswith((" ", "#"))]
 
     assert others(result) == others(text)
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    # line breaks and spaces Python sees and BuildKit (Go, \n only) does not: a raw id would pass unread
+    ("FROM b\nRUN --mount=target=/x\x1c#,type=cache,id=victim make\n", "control characters or unusual spaces"),
+    ("FROM b\nRUN --mount=target=/x\u2028#,type=cache,id=victim make\n", "control characters or unusual spaces"),
+    ("FROM b\nRUN --mount=id=victim,target=/a\\\n\x1f#,type=cache make\n", "control characters or unusual spaces"),
+    # another frontend would build whatever it likes, past every check
+    ("# syntax=attacker/frontend:1\nFROM b\nRUN make\n", "# syntax=attacker/frontend:1 is not allowed"),
+    ("\ufeff#syntax = ghcr.io/evil/df\nFROM b\n", "is not allowed"),
+])
+def test_what_buildkit_would_read_otherwise_is_refused(text: str, reason: str) -> None:
+    with pytest.raises(CacheMountRefused, match=re.escape(reason)):
+        keyed(text)
+
+
+def test_buildkit_s_own_frontend_may_be_named() -> None:
+    text = "# syntax=docker/dockerfile:1.7\nFROM b\nRUN --mount=type=cache,target=/c make\n"
+    assert keyed(text) == ("# syntax=docker/dockerfile:1.7\nFROM b\n"
+                           "RUN --mount=type=cache,target=/c,id=po-cache-k(/c) make\n")
+    assert keyed("# syntax=docker/dockerfile:1\nFROM b\n") is None
+
+
+def test_a_dockerfile_larger_than_the_limit_is_refused_whole(tmp_path: Path) -> None:
+    """BuildKit reads all of it: a check of its first MiB alone would let the rest through."""
+    from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, dockerfile_problems
+
+    big = tmp_path / "Dockerfile"
+    big.write_text("FROM busybox\n" + "# pad\n" * (MAX_DOCKERFILE_BYTES // 6) + "FROM 3f\n")
+    assert dockerfile_problems(big, "Dockerfile") == ["Dockerfile is larger than 1024 KiB"]

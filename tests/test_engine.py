@@ -131,6 +131,10 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     kept_dir = engine.settings.deployments_dir / "acme-api" / "pr-3"
     orphan_dir.mkdir(parents=True)
     kept_dir.mkdir(parents=True)
+    kept_build = kept_dir.with_name("pr-3.build")  # its keyed Dockerfiles (rendering/dockerfile_cache.py)
+    kept_build.mkdir()
+    orphan_build = orphan_dir.with_name("pr-9.build")
+    orphan_build.mkdir()
 
     engine.startup(open_deployments={"acme-api-2"})
     assert engine.reconciler.reports is not None
@@ -156,6 +160,7 @@ def test_startup_settles_interrupted_builds_and_removes_orphans(make_settings, c
     renewed = (routes / "acme-api-pr-6.conf").read_text()
     assert APP_HEADER_RULE in renewed and "proxy_pass http://127.0.0.1:8006/;" in renewed  # where it proxied
     assert not orphan_dir.exists() and kept_dir.exists()
+    assert not orphan_build.exists() and kept_build.exists()
 
 
 def test_startup_answers_before_a_slow_code_host_hears_of_interrupted_builds(make_settings, codehost) -> None:  # noqa: ANN001

@@ -108,6 +108,9 @@ def test_installation_tokens_are_masked_as_they_come_and_go(fake: FakeCodeHost, 
     host.upsert_comment("acme", "api", 3, None, "two")
     second = next(token for token in fake.issued if token != first)
     assert second in hosts.masked([])
+    assert first in hosts.masked([])  # replaced, yet GitHub accepts it until it expires: still masked
+    now[0] += REFRESH_MARGIN + 60  # the first one has expired
+    assert first not in hosts.masked([])
 
 
 def test_another_key_or_a_repository_without_the_app_is_refused(fake: FakeCodeHost,

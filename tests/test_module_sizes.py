@@ -18,10 +18,10 @@ LIMIT = 300
 OVER = {
     "orchestrator/settings.py": 456,
     "orchestrator/runtime/data_seeds.py": 437,
-    "orchestrator/runtime/swarm/runtime.py": 424,
+    "orchestrator/runtime/swarm/runtime.py": 421,
     "orchestrator/flows/build_steps.py": 407,
     "orchestrator/http/openapi.py": 384,
-    "orchestrator/rendering/compose_policy.py": 369,
+    "orchestrator/rendering/compose_policy.py": 343,
     "orchestrator/plugin_api/codehost.py": 356,
     "orchestrator/adapters/nginx/proxy.py": 332,
     "orchestrator/state/records.py": 323,

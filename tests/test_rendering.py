@@ -319,3 +319,25 @@ def test_a_checkouts_own_file_of_the_normalized_outputs_name_goes_beside_a_gener
     assert not rendered.repository_owned and rendered.compose_file == "compose.preview.yml"
     written = write_rendered(repo, rendered)
     assert written == repo / "compose.preview.yml" and not (repo / "compose.preview.generated.yml").exists()
+
+
+def test_a_lowercase_dockerfile_is_judged_as_buildkit_reads_it(host: PluginHost, tmp_path: Path) -> None:
+    """Without a `Dockerfile`, BuildKit builds `dockerfile`: that file is the one checked and keyed."""
+    repo = make_repo(tmp_path / "r", config_for("nestjs"), files={
+        "compose.preview.yml": "services:\n  app:\n    build: .\n",
+        "dockerfile": "FROM node:20\nRUN --mount=type=cache,target=/root/.npm npm ci\n"})
+    rendered = render(host, repo)
+    keyed = rendered.compose["services"]["app"]["build"]["dockerfile"]
+    assert keyed.endswith(".build/app.Dockerfile") and "id=po-cache-" in rendered.build_files["app.Dockerfile"]
+    (repo / "dockerfile").write_text("FROM 3f2a\n")  # an image by its id: refused, read from the fallback too
+    with pytest.raises(ConfigError, match="may not name an image by its id"):
+        render(host, repo)
+
+
+def test_build_args_cannot_choose_buildkit_s_frontend(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("nestjs"), files={
+        "compose.preview.yml": "services:\n  app:\n    build:\n      context: .\n      args:\n"
+                               "        BUILDKIT_SYNTAX: attacker/frontend\n",
+        "Dockerfile": "FROM node:20\n"})
+    with pytest.raises(ConfigError, match="build args BUILDKIT_\\* are not allowed"):
+        render(host, repo)

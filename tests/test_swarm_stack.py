@@ -124,6 +124,13 @@ def test_an_image_in_the_service_s_registry_is_refused() -> None:
                                       "preview's images"]
     document["services"]["app"]["image"] = "10.0.0.2:5000/acme-web-3/app:0123456789ab"  # another registry
     assert plan_stack(document, DEP, IMAGES, "node-a", registry_host="10.0.0.1:5000").document
+    for spelt in ("localhost:5000", "[::1]:5000", "LOCALHOST:5000"):  # the same registry, named otherwise
+        document["services"]["app"]["image"] = f"{spelt}/acme-web-3/app:0123456789ab"
+        with pytest.raises(StackRefused):
+            plan_stack(document, DEP, IMAGES, "node-a", registry_host="127.0.0.1:5000")
+    document["services"]["app"]["image"] = "registry.example/acme-web-3/app:1"  # the default port, left out
+    with pytest.raises(StackRefused):
+        plan_stack(document, DEP, IMAGES, "node-a", registry_host="registry.example:443")
 
 
 @pytest.mark.parametrize(("restart", "policy"), [
@@ -371,12 +378,10 @@ def test_a_runtime_without_app_address_is_proxied_on_this_host() -> None:
         def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
             return "10.1.0.12", app_port
 
-        def app_address_before_start(self, app_port: int) -> tuple[str, int] | None:
-            return None
-
     assert Plain().app_address(DEP, 8003) == ("127.0.0.1", 8003)
     assert Plain().app_address_before_start(8003) == ("127.0.0.1", 8003)
     assert Remote().app_address(DEP, 8003) == ("10.1.0.12", 8003)
+    # a runtime with its own address is not taken for the loopback before it started: its route waits for it
     assert Remote().app_address_before_start(8003) is None
 
 

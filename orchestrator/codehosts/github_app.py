@@ -41,6 +41,7 @@ class AppTokens:
         self._lock = threading.Lock()
         self._installations: dict[str, int] = {}  # owner/repo (lower case) -> installation id
         self._tokens: dict[int, InstallationToken] = {}
+        self._replaced: list[InstallationToken] = []  # still valid until they expire: still masked
 
     def app_jwt(self) -> str:
         now = int(self._clock())
@@ -59,6 +60,8 @@ class AppTokens:
                                          headers=self._as_app())
             data = self._api.check(response).json()
             expires = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00")).timestamp()
+            if cached is not None:
+                self._replaced.append(cached)
             self._tokens[installation] = InstallationToken(str(data["token"]), expires)
             return str(data["token"])
 
@@ -83,6 +86,9 @@ class AppTokens:
         return {"Authorization": f"Bearer {self.app_jwt()}"}
 
     def tokens(self) -> list[str]:
-        """The installation tokens held now: masked in logs like the other secrets."""
+        """The installation tokens held now, and the ones replaced that GitHub still accepts: masked in logs like
+        the other secrets."""
         with self._lock:
-            return [token.token for token in self._tokens.values()]
+            now = self._clock()
+            self._replaced = [token for token in self._replaced if token.expires_at > now]
+            return [token.token for token in (*self._tokens.values(), *self._replaced)]

@@ -132,7 +132,7 @@ class Reconciler:
         dirs |= {(d.rsplit("-", 1)[0], f"pr-{d.rsplit('-', 1)[1]}") for d in open_deployments}
         root = self.c.settings.deployments_dir
         for work in root.glob("*/pr-*") if root.is_dir() else []:
-            name = work.name.removesuffix(".git")
+            name = work.name.removesuffix(".git").removesuffix(".build")
             if work.is_dir() and (work.parent.name, name) not in dirs:
                 log.warning("removing work directory %s with no record", work)
                 shutil.rmtree(work, ignore_errors=True)

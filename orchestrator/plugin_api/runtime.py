@@ -139,8 +139,9 @@ class Runtime:
 
     def app_address_before_start(self, app_port: int) -> tuple[str, int] | None:
         """`app_address` when it is known before the preview starts (the route is then loaded while the app
-        builds); None when only the started preview tells (a swarm node's address). The default: the loopback."""
-        return LOCAL_APP_HOST, app_port
+        builds); None when only the started preview tells (a swarm node's address). The default: the loopback for
+        a runtime that keeps the default `app_address`, None for one with its own."""
+        return None if _overrides(self, "app_address") else (LOCAL_APP_HOST, app_port)
 
     def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
         """Running previews this runtime knows to be gone for good (deployment id -> why, one sentence: their

@@ -12,15 +12,14 @@ Each refusal names the service and the option, so the author knows what to chang
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from orchestrator.common.checkout_paths import inside
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.compose_document import PIDS_LIMIT
+from orchestrator.rendering.dockerfile_policy import IMAGE_ID, MAX_DOCKERFILE_BYTES, names_built_images
 
-MAX_DOCKERFILE_BYTES = 1024 * 1024
 DOCKER_SOCKET_HINTS = ("docker.sock", "/var/run/docker", "/run/docker")
 
 TOP_LEVEL = frozenset({"name", "services", "networks", "volumes", "configs", "secrets", "version"})
@@ -168,7 +167,7 @@ def _service_problems(name: str, service: dict[str, Any], services: dict[str, An
                 if option not in SERVICE_OPTIONS and not _extension(option) and value not in (None, False)]
     build = service.get("build")
     image = str(service.get("image") or "")
-    if _names_built_images(image):
+    if names_built_images(image):
         problems.append(f"image {image[:80]} is not allowed ({BUILT_IMAGES}/ holds the images built for previews)")
     elif IMAGE_ID.fullmatch(image):
         problems.append(f"image {image[:80]} is not allowed (an image id, or a prefix of one, names whatever image "
@@ -221,7 +220,14 @@ def _build_problems(build: Any, repo_dir: Path) -> list[str]:
     elif build.get("dockerfile") and not inside(repo_dir, str(Path(context) / str(build["dockerfile"]))):
         problems.append("build dockerfile outside the repository is not allowed")
     inline, args = str(build.get("dockerfile_inline") or ""), build.get("args") or {}
-    if _names_built_images(inline) or any(_names_built_images(str(v)) for v in
+    if len(inline.encode()) > MAX_DOCKERFILE_BYTES:
+        problems.append(f"build dockerfile_inline is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB")
+    # BUILDKIT_SYNTAX and the like choose BuildKit's frontend or its behaviour: a frontend image of the pull
+    # request's choosing would build whatever it likes, past every check of the Dockerfile.
+    names = args.keys() if isinstance(args, dict) else [str(a).split("=", 1)[0] for a in args]
+    if any(str(name).upper().startswith("BUILDKIT_") for name in names):
+        problems.append("build args BUILDKIT_* are not allowed (they choose BuildKit's frontend)")
+    if names_built_images(inline) or any(names_built_images(str(v)) for v in
                                            (args.values() if isinstance(args, dict) else args)):
         problems.append(f"build may not name {BUILT_IMAGES}/ (it holds the images built for previews)")
     if build.get("network") not in (None, "default", "none"):
@@ -298,38 +304,6 @@ def _bound_problems(service: dict[str, Any]) -> list[str]:
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ceiling for v in values):
             problems.append(f"ulimits {name} must be between 0 and {ceiling}")
     return problems
-
-
-# An image id or a prefix of one, which Docker resolves against every local image: a built image of another preview
-# too, whatever its name. Refused as `image:`, `FROM`, `COPY --from` and a mount's `from=`.
-IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
-_FROM_FLAG = re.compile(r"(?:--from=|[\s,]from=)([^\s,]+)", re.IGNORECASE)
-
-
-def dockerfile_problems(path: Path, shown: str) -> list[str]:
-    """A repository's Dockerfile may not name the service's namespace of built images (in FROM, `COPY --from`,
-    `RUN --mount=from=`, or a build argument's default): another preview's image would be its base or source.
-    The names there are also keyed (RenderContext.built_image): this keeps even a leaked one out."""
-    try:
-        text = path.read_bytes()[:MAX_DOCKERFILE_BYTES].decode("utf-8", "replace")
-    except OSError as exc:
-        return [f"{shown} cannot be read ({exc.strerror})"]
-    if _names_built_images(text):
-        return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
-    froms = list(_FROM.finditer(text))
-    # a stage's name or index (`COPY --from=builder`, `--from=0`) is not an image
-    stages = {match[2].lower() for match in froms if match[2]} | {str(index) for index in range(len(froms))}
-    sources = [match[1] for match in froms] + [match[1] for match in _FROM_FLAG.finditer(text)]
-    ids = [source for source in sources if IMAGE_ID.fullmatch(source) and source.lower() not in stages]
-    if ids:
-        return [f"{shown} may not name an image by its id ({ids[0][:20]}: it names whatever image the host has)"]
-    return []
-
-
-def _names_built_images(text: str) -> bool:
-    # joined across line continuations (`\` or, with `# escape=\``, a backtick)
-    return f"{BUILT_IMAGES}/" in text.lower().replace("\\\n", "").replace("`\n", "")
 
 
 def _own_service(value: Any, services: dict[str, Any]) -> bool:

@@ -22,11 +22,16 @@ from orchestrator.common.checkout_paths import read_plain
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import RenderContext
 from orchestrator.rendering.compose_document import build_dir
-from orchestrator.rendering.compose_policy import MAX_DOCKERFILE_BYTES
+from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES
 
 # `# escape=\`` and the like: parser directives, only before anything else of the file
 _DIRECTIVE = re.compile(r"^#\s*([A-Za-z]+)\s*=\s*(\S+)\s*$")
-_COMMENT = re.compile(r"^\s*#")
+_COMMENT = re.compile(r"^[ \t\r\f\v]*#")
+# Characters Python and BuildKit (Go) read differently as line breaks or spaces: a file with one is refused, so the
+# lines read here are BuildKit's lines. BuildKit splits on \n only.
+_AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# `# syntax=`: BuildKit's own Dockerfile frontend only. Another frontend image would build whatever it likes.
+_SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.-]*(?:@sha256:[0-9a-f]{64})?$")
 _FLAG = re.compile(r"--([a-z-]+)=(\S*)")
 _UNREADABLE = re.compile(r"[\"'\\`$]")
 _CACHE = re.compile(r"type\s*=\s*cache", re.IGNORECASE)
@@ -43,9 +48,12 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
     BuildKit reads beside the Dockerfile) added to `build_files` as `name`, and the path the build must use; None
     when the file is used as it is. ConfigError when a cache mount cannot be read."""
     try:
-        text = dockerfile.read_bytes()[:MAX_DOCKERFILE_BYTES].decode("utf-8", "replace")
+        data = dockerfile.read_bytes()
     except OSError as exc:
         raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
+    if len(data) > MAX_DOCKERFILE_BYTES:
+        raise ConfigError([f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"])
+    text = data.decode("utf-8", "replace")
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:
@@ -63,8 +71,11 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     """`text` with every cache mount's id replaced by `cache_id(its id, or its target)`; None when it has no cache
     mount (the file is used as it is). CacheMountRefused names what cannot be read. Every RUN's flags are read,
     with or without a cache mount: `--mount=type=$KIND` would become one once BuildKit expands it."""
+    if _AMBIGUOUS.search(text):
+        raise CacheMountRefused(f"{shown}: control characters or unusual spaces are not allowed in a Dockerfile")
+    _check_directives(text, shown)
     escape = _escape(text)
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     out: list[str] = []
     rewritten = 0
     index = 0
@@ -99,8 +110,23 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     return result
 
 
+def _lines(text: str) -> list[str]:
+    """The file's lines as BuildKit splits them: on \n only, each with its end."""
+    return [line for line in re.split(r"(?<=\n)", text) if line]
+
+
+def _check_directives(text: str, shown: str) -> None:
+    for line in text.removeprefix("\ufeff").split("\n"):
+        directive = _DIRECTIVE.match(line.rstrip("\r"))
+        if directive is None:
+            return
+        if directive[1].lower() == "syntax" and not _SYNTAX.match(directive[2]):
+            raise CacheMountRefused(f"{shown}: # syntax={directive[2][:60]} is not allowed (only BuildKit's own "
+                                    "docker/dockerfile frontend)")
+
+
 def _instructions_mentioning_cache(text: str, escape: str) -> int:
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     found = 0
     index = 0
     while index < len(lines):
@@ -160,8 +186,8 @@ def _mount(value: str, cache_id: Callable[[str], str], shown: str) -> tuple[str,
 
 
 def _escape(text: str) -> str:
-    for line in text.splitlines():
-        directive = _DIRECTIVE.match(line)
+    for line in text.removeprefix("\ufeff").split("\n"):
+        directive = _DIRECTIVE.match(line.rstrip("\r"))
         if directive is None:
             break
         if directive[1].lower() == "escape" and directive[2] in ("\\", "`"):

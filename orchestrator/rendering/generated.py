@@ -18,8 +18,8 @@ from orchestrator.rendering.compose_document import (
     dump_compose,
     escape,
 )
-from orchestrator.rendering.compose_policy import dockerfile_problems
 from orchestrator.rendering.dockerfile_cache import keyed_dockerfile
+from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 

@@ -20,8 +20,9 @@ from orchestrator.rendering.compose_document import (
     dump_compose,
     escape,
 )
-from orchestrator.rendering.compose_policy import dockerfile_problems, normalized_problems, raw_problems
+from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
+from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
 
 
@@ -61,7 +62,9 @@ def repository_owned(
                 build["dockerfile_inline"] = inline if inline is not None else build["dockerfile_inline"]
         elif isinstance(build, dict):
             dockerfile = Path(str(build.get("context", repo_dir))) / str(build.get("dockerfile") or "Dockerfile")
-            if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():
+            if dockerfile.name == "Dockerfile" and not dockerfile.exists():
+                dockerfile = dockerfile.with_name("dockerfile")  # BuildKit's own fallback: it reads that one
+            if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():  # none: compose's build says so
                 found = dockerfile_problems(dockerfile, shown)
                 problems += found
                 if not found:

@@ -173,3 +173,24 @@ def client_config(parent: Path, registry_host: str, credentials: tuple[str, str]
         if target.is_dir() and not link.exists():
             link.symlink_to(target)
     return directory
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+
+
+def same_registry(named: str, registry: str) -> bool:
+    """Whether an image's registry part names SWARM_REGISTRY's host however spelt: case, an omitted default port
+    (443), the loopback's names."""
+    return _registry_key(named) == _registry_key(registry)
+
+
+def _registry_key(address: str) -> tuple[str, str]:
+    address = address.lower()
+    if address.startswith("["):  # [::1]:5000
+        inner, _, rest = address.partition("]")
+        host, port = f"{inner}]", rest.removeprefix(":")
+    elif address.count(":") == 1:
+        host, port = address.split(":")
+    else:
+        host, port = address, ""
+    return ("loopback" if host in _LOOPBACK else host, port or "443")

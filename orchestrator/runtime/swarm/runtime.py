@@ -234,9 +234,6 @@ class SwarmRuntime(Runtime):
         host, port = self.app_address(deployment_id, app_port)
         return f"http://{host}:{port}{path}"
 
-    def app_address_before_start(self, app_port: int) -> tuple[str, int] | None:
-        return None  # the node the swarm places the app on tells
-
     def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
         """The app's port is published in host mode: it answers at its node's address only."""
         if deployment_id not in self._address:

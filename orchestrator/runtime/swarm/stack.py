@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.runtime.swarm.registry import same_registry
 
 STACK_VERSION = "3.9"
 APP = "app"
@@ -79,16 +80,15 @@ class StackPlan:
 def plan_stack(compose: dict[str, Any], deployment_id: str, images: dict[str, str], node_id: str,
                former: list[str] | None = None, registry_host: str = "") -> StackPlan:
     """The stack file for `compose` (normalised), with `images` (service -> pushed reference) pinned to
-    `node_id` (`former`: the nodes it was pinned to before). Raises StackRefused with every problem at once.
-    `registry_host`: SWARM_REGISTRY's host[:port]; an `image:` there is refused (another preview's pushed image:
-    the manager and the nodes would fetch it with the service's credentials)."""
+    `node_id` (`former`: the nodes it was pinned to before). Raises StackRefused with every problem at once. An
+    `image:` in SWARM_REGISTRY (`registry_host`) is another preview's: the nodes would pull it with our credentials."""
     problems: list[str] = []
     notes: list[str] = []
     label = {DEPLOYMENT_LABEL: deployment_id}
     services: dict[str, Any] = {}
     for name, service in (compose.get("services") or {}).items():
-        image = str((service or {}).get("image") or "")
-        if registry_host and image.lower().split("/", 1)[0] == registry_host.lower() and "/" in image:
+        if registry_host and same_registry(str((service or {}).get("image") or "").split("/", 1)[0], registry_host):
+            image = str(service["image"])
             problems.append(f"service {name}: image {image[:120]} is in the service's registry (SWARM_REGISTRY), "
                             "where only the service puts a preview's images")
         pin = {NODE_LABEL: node_id, **({FORMER_LABEL: ",".join(former)} if former else {})}
