@@ -250,14 +250,17 @@ def test_build_commands_run_in_a_throwaway_container_that_sees_only_the_checkout
 def test_a_build_command_that_outlives_its_timeout_leaves_nothing_running(stack: Stack,
                                                                            victim: PullRequestRepo) -> None:
     pr = 112
+    # durations of this run's own: another run on the machine may have its sleeps, this one finds only its own
+    mark = f"34{time.time_ns() % 10**5:05d}"
+    command = f"sleep {mark}1 & sleep {mark}2"
     repo = make_pr_repo(stack.root / "repos", "python", "hostile/timeout",
-                        config=config_for("python", build_commands=["sleep 341 & sleep 342"]))
+                        config=config_for("python", build_commands=[command]))
     witness = Witness(stack)
     stack.send("opened", pr, repo, repo.sha_a)
     record = stack.wait_for(pr, "failed")
-    assert record["error"] == "Build command failed: sleep 341 & sleep 342"
+    assert record["error"] == f"Build command failed: {command}"
     assert "timed out after 8s" in stack.logs(pr)
-    assert not any("sleep 34" in line for line in _process_lines())
+    assert not any(f"sleep {mark}" in line for line in _process_lines())
     witness.check()
     stack.close(pr, repo, repo.sha_a)
 
