@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
 from orchestrator.common.secret_files import read_or_create
+from orchestrator.common.urls import http_url
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 # An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name), whose
@@ -246,11 +247,7 @@ class Settings(PluginSettings):
     @field_validator("preview_base_url", "orchestrator_public_url", "codehost_api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value in (None, ""):
-            return None
-        if not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return http_url(value)
 
     # Derived values -----------------------------------------------------------------------
 

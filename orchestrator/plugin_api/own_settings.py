@@ -8,12 +8,12 @@ writes it and never echoing its value: start-up stops and `doctor` shows the sen
 
 from __future__ import annotations
 
-import re
 from typing import Any, TypeVar
 
 from pydantic import SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.common.urls import http_url
 from orchestrator.settings import SettingsError, describe_errors
 
 
@@ -41,11 +41,7 @@ class ServerHostSettings(OwnSettings):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value in (None, ""):
-            return None
-        if not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return http_url(value)
 
     @model_validator(mode="after")
     def _url_when_on(self) -> ServerHostSettings:
