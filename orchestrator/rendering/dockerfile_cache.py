@@ -15,7 +15,7 @@ ONBUILD, or a `type=cache` the rewrite did not account for refuses the file with
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import read_plain
@@ -32,6 +32,8 @@ _COMMENT = re.compile(r"^[ \t\r\f\v]*#")
 _AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 # `# syntax=`: BuildKit's own Dockerfile frontend only. Another frontend image would build whatever it likes.
 _SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.-]*(?:@sha256:[0-9a-f]{64})?$")
+_SPACES = re.compile(r"\s*")
+_WORD = re.compile(r"\S*")
 _FLAG = re.compile(r"--([a-z-]+)=(\S*)")
 _UNREADABLE = re.compile(r"[\"'\\`$]")
 _CACHE = re.compile(r"type\s*=\s*cache", re.IGNORECASE)
@@ -73,19 +75,19 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     with or without a cache mount: `--mount=type=$KIND` would become one once BuildKit expands it."""
     if _AMBIGUOUS.search(text):
         raise CacheMountRefused(f"{shown}: control characters or unusual spaces are not allowed in a Dockerfile")
-    _check_directives(text, shown)
-    escape = _escape(text)
+    directives = _directives(text)
+    for syntax in directives.get("syntax", []):
+        if not _SYNTAX.match(syntax):
+            raise CacheMountRefused(f"{shown}: # syntax={syntax[:60]} is not allowed (only BuildKit's own "
+                                    "docker/dockerfile frontend)")
+    escape = next((value for value in directives.get("escape", []) if value in ("\\", "`")), "\\")
     lines = _lines(text)
     out: list[str] = []
     rewritten = 0
-    index = 0
-    while index < len(lines):
-        start = index
-        if not lines[index].strip() or _COMMENT.match(lines[index]):
-            out.append(lines[index])
-            index += 1
+    for start, index, logical in _instructions(lines, escape):
+        if logical is None:  # an empty or comment line
+            out.extend(lines[start:index])
             continue
-        logical, index = _instruction(lines, index, escape)
         words = logical.split(None, 1)
         keyword = words[0].upper() if words else ""
         if keyword == "ONBUILD" and ("--mount" in logical.lower() or _CACHE.search(logical)):
@@ -115,27 +117,33 @@ def _lines(text: str) -> list[str]:
     return [line for line in re.split(r"(?<=\n)", text) if line]
 
 
-def _check_directives(text: str, shown: str) -> None:
+def _directives(text: str) -> dict[str, list[str]]:
+    """The parser directives (`# escape=`, `# syntax=`) at the top of the file: each lower-case name's values."""
+    found: dict[str, list[str]] = {}
     for line in text.removeprefix("\ufeff").split("\n"):
         directive = _DIRECTIVE.match(line.rstrip("\r"))
         if directive is None:
-            return
-        if directive[1].lower() == "syntax" and not _SYNTAX.match(directive[2]):
-            raise CacheMountRefused(f"{shown}: # syntax={directive[2][:60]} is not allowed (only BuildKit's own "
-                                    "docker/dockerfile frontend)")
+            break
+        found.setdefault(directive[1].lower(), []).append(directive[2])
+    return found
+
+
+def _instructions(lines: list[str], escape: str) -> Iterator[tuple[int, int, str | None]]:
+    """Each instruction as BuildKit reads it — (its first line, the line after it, its logical text) — and each
+    empty or comment line between them, with None for its text."""
+    index = 0
+    while index < len(lines):
+        start = index
+        if not lines[index].strip() or _COMMENT.match(lines[index]):
+            index += 1
+            yield start, index, None
+            continue
+        logical, index = _instruction(lines, index, escape)
+        yield start, index, logical
 
 
 def _instructions_mentioning_cache(text: str, escape: str) -> int:
-    lines = _lines(text)
-    found = 0
-    index = 0
-    while index < len(lines):
-        if not lines[index].strip() or _COMMENT.match(lines[index]):
-            index += 1
-            continue
-        logical, index = _instruction(lines, index, escape)
-        found += len(_CACHE.findall(logical))
-    return found
+    return sum(len(_CACHE.findall(logical)) for _, _, logical in _instructions(_lines(text), escape) if logical)
 
 
 def _run_line(rest: str, cache_id: Callable[[str], str], shown: str) -> tuple[str, int]:
@@ -144,12 +152,10 @@ def _run_line(rest: str, cache_id: Callable[[str], str], shown: str) -> tuple[st
     count = 0
     position = 0
     while True:
-        match = re.compile(r"\s*").match(rest, position)
-        position = match.end() if match else position
+        position = _SPACES.match(rest, position).end()  # type: ignore[union-attr]  # \s* always matches
         if not rest.startswith("--", position):
             break
-        end = re.compile(r"\S*").match(rest, position)
-        word = end.group(0) if end else ""
+        word = _WORD.match(rest, position).group(0)  # type: ignore[union-attr]  # \S* always matches
         position += len(word)
         flag = _FLAG.fullmatch(word)
         if flag is None or _UNREADABLE.search(word):
@@ -183,16 +189,6 @@ def _mount(value: str, cache_id: Callable[[str], str], shown: str) -> tuple[str,
         raise CacheMountRefused(f"{shown}: a cache mount without a target ({value[:60]})")
     kept = [field for field, (key, _) in zip(fields, options, strict=True) if key != "id"]
     return ",".join([*kept, f"id={cache_id(named or target)}"]), 1
-
-
-def _escape(text: str) -> str:
-    for line in text.removeprefix("\ufeff").split("\n"):
-        directive = _DIRECTIVE.match(line.rstrip("\r"))
-        if directive is None:
-            break
-        if directive[1].lower() == "escape" and directive[2] in ("\\", "`"):
-            return directive[2]
-    return "\\"
 
 
 def _continues(line: str, escape: str) -> bool:
