@@ -113,11 +113,15 @@ class FlowContext:
                                                 lambda: secret if has_previews else random_key())
         return self._password_key
 
+    def secrets(self) -> list[str]:
+        """What is masked: the settings', the runtime's and the code hosts' secrets. Asked each time: a code host's
+        tokens may be renewed while the service runs (a GitHub App's)."""
+        return self._codehosts.masked([*self.settings.secret_values(), *self.runtime.secrets()])
+
     def mask(self, text: str) -> str:
         """The service's own secrets never reach a comment, nor the ids of build caches (a build's output names
         them; a pull request's own Dockerfile that knew one could write into that cache)."""
-        # Asked each time: a code host's tokens may be renewed while the service runs (a GitHub App's).
-        for secret in self._codehosts.masked([*self.settings.secret_values(), *self.runtime.secrets()]):
+        for secret in self.secrets():
             text = text.replace(secret, "***")
         return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text)
 

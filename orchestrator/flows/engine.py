@@ -108,7 +108,7 @@ class DeployEngine:
         return self.runtime.garbage_interval_seconds
 
     def secrets(self) -> list[str]:
-        return self.runtime.secrets()
+        return self.context.secrets()
 
     def password_key(self) -> bytes:
         return self.context.password_key()

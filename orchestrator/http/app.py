@@ -151,11 +151,8 @@ def create_app(
                   DeliveryReplayResource(deliveries, settings, store, inbox, dispatcher))
     app.add_route("/api/previews", PreviewListResource(store, inbox, dispatcher, settings))
     # `path` so that ids with encoded slashes, or none at all, reach the 400 check instead of a 404.
-    held = getattr(handler, "secrets", None)  # the runtime's own (SWARM_REGISTRY_PASSWORD)
-
-    def secrets() -> list[str]:
-        return codehosts.masked([*settings.secret_values(), *(held() if held is not None else [])])
-
+    # what the flows mask (the runtime's secrets too); a handler that says nothing of them: the settings' and hosts'
+    secrets = getattr(handler, "secrets", None) or (lambda: codehosts.masked(settings.secret_values()))
     logs = DeploymentLogResource(store, inbox, settings.deployments_dir, secrets)
     app.add_route("/api/previews/{deployment_id:path}", PreviewResource(store, inbox, dispatcher, logs))
     # PREVIEW_PROTECTION=token: nginx asks these about a reviewer's cookie and the comment's link.
