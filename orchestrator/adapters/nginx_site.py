@@ -22,7 +22,7 @@ from orchestrator.settings import Settings
 
 OURS = "# Written by preview-orchestrator setup-nginx."
 SERVERS_DIR = "servers"  # PROXY_CONFIG_DIR/servers/: one server per preview under host routing (adapters/nginx/)
-NAMES_BUCKET_SIZE = 256  # server_names_hash_bucket_size: host names up to 238 characters (settings.py's limit)
+NAMES_BUCKET_SIZE = 256  # server_names_hash_bucket_size: host names up to 238 characters (MAX_HOST_NAME)
 
 
 def dump_command(test_command: str) -> list[str] | None:

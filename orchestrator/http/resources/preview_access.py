@@ -9,9 +9,9 @@ locations that ask).
   without the token; an invalid or expired one gets a 401 page.
 
 A token is HMAC-SHA256 of the preview's subject — its repository (host, owner, name) and deployment id — and
-its expiry (orchestrator/settings.py), so the token of one preview opens no other: not another pull request's,
-and not another repository's preview of the same id (`acme/web-app` and `acme-web/app` share a slug). A preview
-without a record opens to no token. Neither endpoint logs a token.
+its expiry (orchestrator/common/preview_tokens.py), so the token of one preview opens no other: not another pull
+request's, and not another repository's preview of the same id (`acme/web-app` and `acme-web/app` share a slug).
+A preview without a record opens to no token. Neither endpoint logs a token.
 """
 
 from __future__ import annotations

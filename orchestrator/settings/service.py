@@ -1,20 +1,20 @@
-"""Service settings: read from the environment and from `.env` in the working directory."""
+"""The service's variables: `Settings` (the spec's table and the service's own) and `PluginSettings` (what
+rendering needs). Routing and protection are `reviewers.ReviewerSettings`, one of `Settings`' bases."""
 
 from __future__ import annotations
 
 import os
 import re
-import secrets
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode
 
-from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
-from orchestrator.common.secret_files import read_or_create
 from orchestrator.common.urls import http_url
+from orchestrator.settings.reviewers import ReviewerSettings
+from orchestrator.settings.source import ENV_SOURCE
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 # An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name), whose
@@ -28,20 +28,10 @@ IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 MAX_IDLE_MINUTES = 7 * 24 * 60  # PREVIEW_IDLE_MINUTES: a week
 
 
-class SettingsError(Exception):
-    """Start-up configuration is invalid; `lines` has one human sentence per bad variable."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
-
-
 class PluginSettings(BaseSettings):
     """The settings plugins and rendering need; the CLI's render/validate/plugins use only these."""
 
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
-    )
+    model_config = ENV_SOURCE
 
     # `from=to,from=to`: swap images of built-in templates (a registry mirror, or local stand-ins).
     image_overrides: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
@@ -73,13 +63,14 @@ class PluginSettings(BaseSettings):
         return tuple(value or ())
 
 
-class Settings(PluginSettings):
+class Settings(ReviewerSettings, PluginSettings):
     """Every variable of the spec's table plus the service's own; field name = variable name, lower case."""
+
+    model_config = ENV_SOURCE
 
     codehost_token: SecretStr = SecretStr("")
     codehost_webhook_secret: SecretStr
     allowed_repos: Annotated[tuple[str, ...], NoDecode] = ()
-    preview_base_url: str | None = None
     cleanup_ttl_days: int = Field(default=7, ge=0)
     max_concurrent_previews: int = Field(default=10, ge=1)
     orchestrator_port: int = Field(default=3000, ge=1, le=65535)
@@ -107,7 +98,6 @@ class Settings(PluginSettings):
     proxy_test_command: str = "nginx -t"
     proxy_reload_command: str = "nginx -s reload"
     # `preview-orchestrator setup-nginx`: the site it installs when no server includes PROXY_CONFIG_DIR yet.
-    proxy_listen_port: int = Field(default=80, ge=1, le=65535)
     proxy_site_file: Path = Path("/etc/nginx/sites-enabled/preview-orchestrator.conf")
     # `preview-orchestrator up`: deploy a local directory through POST /api/previews (anyone who can reach the
     # API can then make the service read a directory; switch it off on a host shared with untrusted users).
@@ -130,22 +120,6 @@ class Settings(PluginSettings):
     # SEED_CACHE_GB, the least recently used removed first (docs/configuration.md).
     snapshots_dir: Path | None = None
     seed_cache_gb: float = Field(default=20.0, gt=0)
-    # What reviewers meet (docs/routing.md, docs/security.md). `path`: {PREVIEW_BASE_URL}/{slug}/pr-{N}/ (the
-    # spec's route); `host`: {slug}-pr-{N}.{PREVIEW_DOMAIN}, one nginx server per preview (wildcard DNS).
-    preview_routing: Literal["path", "host"] = "path"
-    preview_domain: str | None = Field(default=None, max_length=200,
-                                       pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-    # A wildcard certificate for *.{PREVIEW_DOMAIN} (host routing): HTTPS on PREVIEW_TLS_PORT, HTTP redirected.
-    preview_tls_cert: Path | None = None
-    preview_tls_key: Path | None = None
-    preview_tls_port: int = Field(default=443, ge=1, le=65535)
-    # Who may open a preview: `none` (the spec), `basic` (HTTP basic authentication, PREVIEW_PROTECTION_USERS
-    # `user:password,...` or an htpasswd file PREVIEW_PROTECTION_USERS_FILE), `token` (a signed, expiring link in
-    # the pull-request comment sets a cookie for that preview only). Recommended: basic or token.
-    preview_protection: Literal["none", "basic", "token"] = "none"
-    preview_protection_users: SecretStr = SecretStr("")
-    preview_protection_users_file: Path | None = None
-    preview_token_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 365)
     # Which pull requests get a preview. Drafts: skipped unless PREVIEW_DRAFTS=true (`ready_for_review` deploys);
     # `converted_to_draft` removes the preview, or keeps it with PREVIEW_DRAFT_CONVERTED=keep.
     preview_drafts: bool = False
@@ -227,15 +201,6 @@ class Settings(PluginSettings):
         return value
 
     @model_validator(mode="after")
-    def _routing_and_protection(self) -> Settings:
-        # A setting that silently did nothing would leave previews open: every combination that cannot work is
-        # refused at start-up, naming the variables (never their values).
-        problems = routing_problems(self)
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
-
-    @model_validator(mode="after")
     def _github_app(self) -> Settings:
         if (self.github_app_id is None) != (self.github_app_private_key_file is None):
             raise ValueError("GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY_FILE are set together, or neither")
@@ -269,20 +234,6 @@ class Settings(PluginSettings):
     def inbox_path(self) -> Path:
         """The inbox lives beside the tracking store unless INBOX_DB says otherwise."""
         return self.inbox_db or self.deployments_db.with_name("inbox.sqlite3")
-
-    def preview_url(self, slug: str, pr: int) -> str:
-        """The URL in comments and records: `{PREVIEW_BASE_URL}/{projectSlug}/pr-{N}/` (path routing), or
-        `http(s)://{slug}-pr-{N}.{PREVIEW_DOMAIN}[:port]/` (host routing; https with PREVIEW_TLS_CERT)."""
-        if self.preview_routing == "host":
-            tls = self.preview_tls_cert is not None
-            port, default = (self.preview_tls_port, 443) if tls else (self.proxy_listen_port, 80)
-            shown = "" if port == default else f":{port}"
-            return f"{'https' if tls else 'http'}://{self.preview_host(slug, pr)}{shown}/"
-        return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/"
-
-    def preview_host(self, slug: str, pr: int) -> str:
-        """Host routing: the preview's own host name, `{label}.{PREVIEW_DOMAIN}` (preview_host_label)."""
-        return f"{preview_host_label(slug, pr)}.{self.preview_domain or 'localhost'}"
 
     @property
     def idle_seconds(self) -> float:
@@ -335,119 +286,3 @@ class Settings(PluginSettings):
             for s in (self.codehost_token, self.codehost_webhook_secret)
             if s.get_secret_value()
         ]
-
-
-# What reviewers meet: host names, checks of the routing and protection settings, access tokens ------------
-
-MAX_HOST_NAME = 238  # what server_names_hash_bucket_size 256 holds (setup-nginx's site sets it)
-# Characters a path may have where it is written into nginx's configuration unquoted.
-_NGINX_PATH = re.compile(r"^/[A-Za-z0-9._/@+-]+$")
-_USER = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
-
-
-def protection_users(value: str) -> list[tuple[str, str]]:
-    """PREVIEW_PROTECTION_USERS, `user:password,user2:password2`, as pairs; ValueError names the entry by its
-    position, never its text."""
-    pairs: list[tuple[str, str]] = []
-    for position, entry in enumerate((part.strip() for part in value.split(",")), start=1):
-        user, sep, password = entry.partition(":")
-        if not sep or not _USER.match(user) or not password or any(c in password for c in "\r\n\0"):
-            raise ValueError(f"PREVIEW_PROTECTION_USERS is not valid: entry {position} is not user:password "
-                             "(user of letters, digits and ._@-; a password without line breaks)")
-        pairs.append((user, password))
-    if len({user for user, _ in pairs}) != len(pairs):
-        raise ValueError("PREVIEW_PROTECTION_USERS is not valid: a user is listed twice")
-    return pairs
-
-
-def routing_problems(settings: Settings) -> list[str]:
-    """One sentence per combination of PREVIEW_ROUTING, PREVIEW_TLS_* and PREVIEW_PROTECTION* that cannot work."""
-    problems: list[str] = []
-    if settings.preview_routing == "host" and not settings.preview_domain:
-        problems.append("PREVIEW_DOMAIN is required when PREVIEW_ROUTING=host (previews are served at "
-                        "{slug}-pr-{N}.{PREVIEW_DOMAIN}; a wildcard DNS record must point there)")
-    elif settings.preview_domain and len(settings.preview_domain) > MAX_HOST_NAME - DNS_LABEL_MAX - 1:
-        problems.append(f"PREVIEW_DOMAIN is too long: at most {MAX_HOST_NAME - DNS_LABEL_MAX - 1} characters (a "
-                        f"preview's label takes up to {DNS_LABEL_MAX + 1} more, and nginx's server names hash "
-                        f"holds names up to {MAX_HOST_NAME})")
-    cert, key = settings.preview_tls_cert, settings.preview_tls_key
-    if (cert is None) != (key is None):
-        problems.append("PREVIEW_TLS_CERT and PREVIEW_TLS_KEY go together: set both or neither")
-    if cert is not None and settings.preview_routing != "host":
-        problems.append("PREVIEW_TLS_CERT is for PREVIEW_ROUTING=host (with path routing, TLS is the site's: "
-                        "configure it in the nginx server that includes PROXY_CONFIG_DIR)")
-    for name, path in (("PREVIEW_TLS_CERT", cert), ("PREVIEW_TLS_KEY", key),
-                       ("PREVIEW_PROTECTION_USERS_FILE", settings.preview_protection_users_file)):
-        if path is None:
-            continue
-        if not _NGINX_PATH.match(str(path)):
-            problems.append(f"{name} must be an absolute path of letters, digits and ._/@+- (it is written into "
-                            "nginx's configuration)")
-        elif not path.is_file():
-            problems.append(f"{name} names no file")
-    users = settings.preview_protection_users.get_secret_value().strip()
-    users_file = settings.preview_protection_users_file
-    if settings.preview_protection == "basic":
-        if bool(users) == (users_file is not None):
-            problems.append("PREVIEW_PROTECTION=basic needs exactly one of PREVIEW_PROTECTION_USERS "
-                            "(user:password,...) and PREVIEW_PROTECTION_USERS_FILE (an htpasswd file)")
-        elif users:
-            try:
-                protection_users(users)
-            except ValueError as exc:
-                problems.append(str(exc))
-    elif users or users_file is not None:
-        problems.append("PREVIEW_PROTECTION_USERS and PREVIEW_PROTECTION_USERS_FILE are for "
-                        "PREVIEW_PROTECTION=basic; set it, or remove them (they would protect nothing)")
-    return problems
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """Build settings, turning pydantic's report into one line per variable without echoing values."""
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        raise SettingsError(describe_errors(exc)) from None
-
-
-WEBHOOK_SECRET_MISSING = "CODEHOST_WEBHOOK_SECRET is required but not set"  # noqa: S105 - a message
-
-
-def load_service_settings() -> tuple[Settings, Path | None]:
-    """Settings for `serve`, `doctor` and `setup-nginx`. Without CODEHOST_WEBHOOK_SECRET, a strong one is
-    generated on the first start and kept in the state directory (`webhook-secret`, 0600); later starts reuse
-    it. Returns the settings and that file when it is the secret's source. Other bad variables are reported
-    first, and then nothing is generated."""
-    try:
-        return load_settings(), None
-    except SettingsError as exc:
-        others = [line for line in exc.lines if line != WEBHOOK_SECRET_MISSING]
-        if others:  # reported alone: the secret is made once the rest is right
-            raise SettingsError(others) from None
-    # Only the state directory is wanted here; the real secret comes from the file.
-    path = load_settings(codehost_webhook_secret="unused").state_dir / "webhook-secret"  # noqa: S106
-    secret = read_or_create(path, lambda: secrets.token_hex(32).encode()).decode().strip()
-    return load_settings(codehost_webhook_secret=secret), path
-
-
-def load_plugin_settings(**overrides: Any) -> PluginSettings:
-    try:
-        return PluginSettings(**overrides)
-    except ValidationError as exc:
-        raise SettingsError(describe_errors(exc)) from None
-
-
-def describe_errors(exc: ValidationError, prefix: str = "") -> list[str]:
-    """pydantic's report as one sentence per variable (`prefix` + the field's name, upper case), never a value."""
-    lines: list[str] = []
-    for error in exc.errors(include_input=False, include_url=False):
-        variable = (prefix + str(error["loc"][0])).upper() if error["loc"] else "SETTINGS"
-        if error["type"] == "missing":
-            lines.append(f"{variable} is required but not set")
-            continue
-        message = error["msg"].removeprefix("Value error, ")
-        if not error["loc"]:  # a check of several variables together: its sentences name them
-            lines.extend(message.split("\n"))
-            continue
-        lines.append(f"{variable} is not valid: {message}")
-    return lines
