@@ -26,7 +26,9 @@ from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, pars
 from orchestrator.plugin_api.types import DataSeed
 from orchestrator.rendering.compose_file import make_context
 from orchestrator.rendering.plugin_host import PluginHost
-from orchestrator.runtime.data_seeds import DataSeeds, content_key, error_lines, seed_key
+from orchestrator.runtime.data_seeds import DataSeeds
+from orchestrator.runtime.seed_containers import error_lines
+from orchestrator.runtime.seed_dumps import content_key, seed_key
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
@@ -505,7 +507,7 @@ def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -
 
 
 def test_a_seed_container_is_awaited_until_ready_stopped_or_out_of_time() -> None:
-    from orchestrator.runtime.data_seeds import await_ready
+    from orchestrator.runtime.seed_containers import await_ready
 
     def engine(answers: list[str], state: str = '{"Status": "running"}') -> object:
         def docker(argv: list[str], timeout: float = 60) -> str:

@@ -16,7 +16,6 @@ PACKAGES = ("orchestrator", "frameworks", "databases", "plugins")
 LIMIT = 300
 # To split, largest first; each may shrink, none may grow.
 OVER = {
-    "orchestrator/runtime/data_seeds.py": 437,
     "orchestrator/runtime/swarm/runtime.py": 421,
     "orchestrator/flows/build_steps.py": 407,
     "orchestrator/http/openapi.py": 384,

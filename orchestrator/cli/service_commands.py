@@ -83,7 +83,7 @@ def seeds(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from orchestrator.common.text_table import format_table, printable
-    from orchestrator.runtime.data_seeds import listed_seeds
+    from orchestrator.runtime.seed_catalogue import listed_seeds
 
     settings, _ = service_settings_or_exit()
     found = listed_seeds(settings.state_dir)

@@ -17,19 +17,11 @@ seeds`). Its file's time is when a preview last started from it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import re
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
@@ -38,6 +30,9 @@ from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_INPUT, DatabaseSeed, DataSeed
 from orchestrator.runtime.compose_cli import DockerResources
+from orchestrator.runtime.seed_catalogue import SeedInfo, listed_seeds, record_seed
+from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
+from orchestrator.runtime.seed_dumps import DumpDigests, content_key, open_dump, seed_key, stage_dump
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -48,29 +43,7 @@ RESTORE_TIMEOUT = 3600.0
 LOCK_PAUSE = 0.5  # a deploy waiting for another's restore of the same seed looks for cancellation this often
 COMMAND_TIMEOUT = 1800.0
 READY_TIMEOUT = 300.0
-READY_PAUSE = 0.2
-# A restore is the service's work for one repository: more than a preview's half core, still bounded.
-BOUNDS = ["--cpus", "1", "--memory", "1g", "--pids-limit", "1024", "--cap-drop", "NET_RAW",
-          "--security-opt", "no-new-privileges", "--log-driver", "json-file", "--log-opt", "max-size=10m"]
-ERROR_WORDS = re.compile(r"\b(ERROR|FATAL|PANIC|error)\b[:\s]")
-MAX_ERROR_LINES = 10
-CHUNK = 1024 * 1024
-MAX_DIGESTS = 1000
 WORKDIR = "/tmp"  # noqa: S108 - the seed container's own /tmp, where its commands start
-
-
-@dataclass(frozen=True)
-class SeedInfo:
-    """One data seed, as `<state dir>/database-seeds/data/<key>.json` and its file's time say."""
-
-    key: str
-    repository: str
-    source: str
-    image: str
-    size_bytes: int
-    made_at: float
-    seconds: float
-    used_at: float
 
 
 class DataSeeds:
@@ -85,7 +58,7 @@ class DataSeeds:
         self._lock = threading.Lock()
         self._making: dict[str, threading.Lock] = {}
         self._in_use: dict[str, int] = {}
-        self._digests: dict[tuple[int, int, int, int, int], str] = {}  # (device, inode, size, mtime, ctime)
+        self._digests = DumpDigests()
 
     def volume(self, key: str) -> str:
         return f"po-data-{self._env.marker[:12]}-{key}"
@@ -110,8 +83,8 @@ class DataSeeds:
                              f"{data.source}: not a format this database restores "
                              f"({', '.join(sorted(seed.restore.formats))})")
         suffix, restore = found
-        with self._open(Path(data.path)) as source:  # what is hashed is what is restored: one open file
-            digest = self._digest(source)
+        with open_dump(Path(data.path)) as source:  # what is hashed is what is restored: one open file
+            digest = self._digests.of(source)
             content = content_key(data, suffix, digest)
             key = seed_key(image_id, seed, restore, content)
             with self._lock:
@@ -123,7 +96,7 @@ class DataSeeds:
                     log_to.note(f"database seed {key} ({data.source}) is ready")
                     os.utime(self._dir / f"{key}.json")  # the most recently used: eviction takes it last
                 else:
-                    staged = self._stage(source, digest, key, suffix)
+                    staged = stage_dump(source, digest, self._inputs / f"{key}{suffix}")
                     self._make(key, image, image_id, seed, data, staged, suffix, restore, log_to, control)
                 with self._lock:  # while the restore's lock is held: no eviction in between
                     self._in_use[key] = self._in_use.get(key, 0) + 1
@@ -153,59 +126,6 @@ class DataSeeds:
         (self._dir / f"{key}.json").unlink(missing_ok=True)
         return False
 
-    @contextmanager
-    def _open(self, path: Path) -> Iterator[BinaryIO]:
-        """The dump, opened without following a link at its last step (the flows checked the rest of the path); a
-        regular file or SeedFailed."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise SeedFailed("The database seed could not be restored", f"{path.name}: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as source:
-            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-                raise SeedFailed("The database seed could not be restored", f"{path.name} is not a regular file")
-            yield source
-
-    def _digest(self, source: BinaryIO) -> str:
-        """sha256 of the open dump, remembered while the file is unchanged: the same inode, size, modification
-        and change times (the change time is the kernel's, which no pull request can set back). A restore
-        hashes the file again as it stages it and refuses a mismatch, so a remembered digest never names other
-        content than what is restored."""
-        info = os.fstat(source.fileno())
-        known = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        with self._lock:
-            if (digest := self._digests.get(known)) is not None:
-                return digest
-        digest = _sha256(source)
-        with self._lock:
-            if len(self._digests) >= MAX_DIGESTS:
-                self._digests.clear()
-            self._digests[known] = digest
-        return digest
-
-    def _stage(self, source: BinaryIO, digest: str, key: str, suffix: str) -> Path:
-        """A copy of the dump the service owns, for the restore to mount (the checkout's file could be replaced by a
-        link before the mount), made from the open file that was hashed and checked against that hash: a file
-        rewritten meanwhile is never restored under the other content's key."""
-        self._inputs.mkdir(parents=True, exist_ok=True, mode=0o700)
-        staged = self._inputs / f"{key}{suffix}"
-        copied = hashlib.sha256()
-        source.seek(0)
-        try:
-            with open(staged, "wb") as target:
-                while chunk := source.read(CHUNK):
-                    copied.update(chunk)
-                    target.write(chunk)
-        except OSError as exc:
-            staged.unlink(missing_ok=True)
-            raise SeedFailed("The database seed could not be restored",
-                             f"the dump could not be copied for the restore: {exc.strerror}") from None
-        if copied.hexdigest() != digest:
-            staged.unlink(missing_ok=True)
-            raise SeedFailed("The database seed could not be restored", "the dump changed while it was read")
-        staged.chmod(0o644)  # read by the database's own user in the container
-        return staged
-
     def _make(self, key: str, image: str, image_id: str, seed: DatabaseSeed, data: DataSeed, staged: Path,
               suffix: str, restore: list[str], log_to: DeploymentLog, control: FlowControl) -> None:
         assert seed.restore is not None
@@ -234,13 +154,9 @@ class DataSeeds:
             self._docker(["rm", name])
             size = self._size(name, image_id, seed.path)
             seconds = time.monotonic() - started
-            self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            marker = self._dir / f"{key}.json"
-            partial = marker.with_suffix(".partial")
-            partial.write_text(json.dumps({"key": key, "repository": data.repository, "source": data.source,
-                                           "image": image, "sizeBytes": size, "madeAt": time.time(),
-                                           "seconds": round(seconds, 2)}))
-            partial.replace(marker)
+            record_seed(self._dir, SeedInfo(key=key, repository=data.repository, source=data.source, image=image,
+                                            size_bytes=size, made_at=time.time(), seconds=round(seconds, 2),
+                                            used_at=time.time()))
         except CommandFailed as exc:
             self._discard(name)
             raise SeedFailed("The database seed could not be restored", f"docker: {exc.tail(5)}") from None
@@ -364,74 +280,3 @@ class DataSeeds:
             self._docker(argv, timeout=120)
         except CommandFailed:
             pass
-
-
-def await_ready(docker: Callable[..., str], name: str, ready: list[str], timeout: float,
-                pause: Callable[[float], None]) -> str | None:
-    """Run `ready` in the seed's container `name` until it succeeds (None), pausing READY_PAUSE between tries; else
-    why it never will: `exited with code N` (the container stopped) or `not ready after Ns`."""
-    started = time.monotonic()
-    while True:
-        try:
-            docker(["exec", name, *ready], timeout=30)
-            return None
-        except CommandFailed:
-            state = json.loads(docker(["container", "inspect", "--format", "{{json .State}}", name]))
-            if state.get("Status") != "running":
-                return f"exited with code {state.get('ExitCode')}"
-            if time.monotonic() - started > timeout:
-                return f"not ready after {timeout:.0f}s"
-        pause(READY_PAUSE)
-
-
-def label_args(labels: dict[str, str]) -> list[str]:
-    return [arg for pair in labels.items() for arg in ("--label", "=".join(pair))]
-
-
-def listed_seeds(state_dir: Path) -> list[SeedInfo]:
-    """Every data seed the service with `state_dir` keeps, most recently used first."""
-    directory = state_dir / "database-seeds" / "data"
-    found = []
-    for marker in directory.glob("*.json") if directory.is_dir() else []:
-        try:
-            raw = json.loads(marker.read_text())
-            found.append(SeedInfo(key=str(raw["key"]), repository=str(raw["repository"]), source=str(raw["source"]),
-                                  image=str(raw["image"]), size_bytes=int(raw["sizeBytes"]),
-                                  made_at=float(raw["madeAt"]), seconds=float(raw["seconds"]),
-                                  used_at=marker.stat().st_mtime))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return sorted(found, key=lambda seed: seed.used_at, reverse=True)
-
-
-def content_key(data: DataSeed, suffix: str, digest: str) -> str:
-    """What a seed holds, whatever image restored it: the repository (never shared between two), the dump's content
-    and format, and the commands run on it. A preview's volume is labelled with it (FROM_SEED_LABEL): a new image
-    makes a new seed, never a reason to replace a preview's data."""
-    recipe = {"repository": data.repository, "content": digest, "suffix": suffix, "commands": data.commands}
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def seed_key(image_id: str, seed: DatabaseSeed, restore: list[str], content: str) -> str:
-    """A data seed: what it holds (`content_key`), the image (by id) and the plugin's whole recipe."""
-    recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready,
-              "restore": restore, "url": seed.restore.url if seed.restore else None,
-              "finish": seed.restore.finish if seed.restore else None, "content": content}
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def _sha256(source: BinaryIO) -> str:
-    digest = hashlib.sha256()
-    while chunk := source.read(CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
-def error_lines(output: str) -> list[str]:
-    """The lines of a database tool's output that say what failed, from the error word on (psql prefixes its own
-    `psql:FILE:LINE: `), at most MAX_ERROR_LINES."""
-    found = []
-    for line in output.splitlines():
-        if match := ERROR_WORDS.search(line):
-            found.append(line[match.start():].strip()[:300])
-    return found[:MAX_ERROR_LINES]

@@ -32,7 +32,8 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.data_seeds import BOUNDS, LAYER_LABEL, await_ready, error_lines, label_args
+from orchestrator.runtime.data_seeds import LAYER_LABEL
+from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 

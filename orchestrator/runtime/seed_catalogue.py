@@ -1,0 +1,52 @@
+"""What the service says of each data seed it keeps (data_seeds.py): `<state dir>/database-seeds/data/<key>.json`,
+written when a restore ends, read by `preview-orchestrator seeds`, doctor and the eviction. The file's time is
+when a preview last started from the seed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SeedInfo:
+    """One data seed, as `<state dir>/database-seeds/data/<key>.json` and its file's time say."""
+
+    key: str
+    repository: str
+    source: str
+    image: str
+    size_bytes: int
+    made_at: float
+    seconds: float
+    used_at: float
+
+
+def record_seed(directory: Path, seed: SeedInfo) -> None:
+    """The marker of a restored seed, written whole or not at all (its presence says the seed is ready)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    marker = directory / f"{seed.key}.json"
+    partial = marker.with_suffix(".partial")
+    partial.write_text(json.dumps({"key": seed.key, "repository": seed.repository, "source": seed.source,
+                                   "image": seed.image, "sizeBytes": seed.size_bytes, "madeAt": seed.made_at,
+                                   "seconds": seed.seconds}))
+    partial.replace(marker)
+
+
+def listed_seeds(state_dir: Path) -> list[SeedInfo]:
+    """Every data seed the service with `state_dir` keeps, most recently used first."""
+    directory = state_dir / "database-seeds" / "data"
+    found = []
+    for marker in directory.glob("*.json") if directory.is_dir() else []:
+        try:
+            raw = json.loads(marker.read_text())
+            found.append(SeedInfo(key=str(raw["key"]), repository=str(raw["repository"]), source=str(raw["source"]),
+                                  image=str(raw["image"]), size_bytes=int(raw["sizeBytes"]),
+                                  made_at=float(raw["madeAt"]), seconds=float(raw["seconds"]),
+                                  used_at=marker.stat().st_mtime))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(found, key=lambda seed: seed.used_at, reverse=True)
+
+
