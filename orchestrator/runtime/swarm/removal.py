@@ -150,3 +150,27 @@ def _remove_networks(cli: SwarmCli, deployment_id: str) -> list[str]:
             if time.monotonic() > deadline:
                 return [f"network: {exc.tail(2) or exc}"]
         time.sleep(1.0)
+
+
+def owned_resources(cli: SwarmCli, registry: Registry, deployment_id: str | None = None) -> dict[str, str]:
+    """What the swarm holds of one preview (or of every preview), as `kind:name` -> deployment id: the services,
+    networks, volumes on each ready node and the registry's tags. What removal must find gone."""
+    label = DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}"
+    found: dict[str, str] = {}
+    for service in cli.services(label):
+        found[f"service:{service['Spec']['Name']}"] = service["Spec"]["Labels"].get(DEPLOYMENT_LABEL, "")
+    found.update({f"network:{name}": owner for name, owner in cli.networks(label).items()})
+    manager = cli.swarm_info().get("Name", "")
+    for node in cli.nodes():
+        engine = cli.engine(node.hostname, manager)
+        if engine is None or node.state != "ready":
+            continue
+        found.update({f"volume:{node.hostname}/{name}": owner
+                      for name, owner in cli.node_volumes(engine, label).items()})
+    try:
+        for repository, tags in registry.tags(deployment_id).items():
+            owner = Registry.owner(repository, registry.namespace)
+            found.update({f"image:{repository}:{tag}": owner for tag in tags})
+    except RegistryError:
+        pass  # the registry being away must not hide the stacks and volumes; its tags are found next time
+    return found

@@ -1,15 +1,10 @@
 """The `swarm` runtime: a preview is a stack (stack name = deployment id) on a Docker Swarm.
 
 The service runs on a manager and uses its Docker engine. A deploy builds with `docker compose build` there,
-pushes every image of the preview to SWARM_REGISTRY (built ones as `{registry}/{deployment}/{service}:{image id}`,
-a tag per content, so a push that changes nothing of a service does not restart it; the others into a shared
-mirror, registry.py), turns the compose file into a stack file (stack.py) and runs `docker stack
-deploy`.
-
-A preview lives on one node, chosen at its first deploy (the ready worker with the fewest previews) and kept on
-its services (a placement constraint and the label NODE_LABEL): the database's volume is on that node, and the
-app's host-mode port answers at that node's address, which is where nginx proxies (`app_address`). A preview
-whose node is gone moves to another node on its next deploy, with an empty database.
+pushes every image of the preview to SWARM_REGISTRY (pushing.py), turns the compose file into a stack file
+(stack.py) and runs `docker stack deploy`. A preview lives on one node (placement.py): the database's volume is on
+that node, and the app's host-mode port answers at that node's address, which is where nginx proxies
+(`app_address`).
 """
 
 from __future__ import annotations
@@ -20,12 +15,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import (
     Check,
     ConfigError,
@@ -37,20 +32,23 @@ from orchestrator.plugin_api import (
 )
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
-from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
+from orchestrator.runtime.swarm.cli import SwarmCli
 from orchestrator.runtime.swarm.doctor import swarm_checks
 from orchestrator.runtime.swarm.gc import PushGate, collect, due
-from orchestrator.runtime.swarm.registry import Registry, RegistryError, client_config
-from orchestrator.runtime.swarm.removal import remove_deployment
+from orchestrator.runtime.swarm.placement import Placement
+from orchestrator.runtime.swarm.pushing import ImagePush
+from orchestrator.runtime.swarm.registry import Registry, client_config
+from orchestrator.runtime.swarm.removal import owned_resources, remove_deployment
 from orchestrator.runtime.swarm.settings import SwarmSettings
-from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL, StackPlan, StackRefused, plan_stack
+from orchestrator.runtime.swarm.stack import StackPlan, StackRefused, plan_stack
 from orchestrator.runtime.swarm.tasks import (
     PENDING,
     STUCK_SECONDS,
+    TaskSource,
     await_rollout,
     await_services,
-    node_lost,
     task_problem,
+    task_sources,
 )
 from orchestrator.settings import Settings
 
@@ -97,11 +95,12 @@ class SwarmRuntime(Runtime):
             config = client_config(state_dir / "swarm-docker-config", registry.host, registry.credentials,
                                    env.docker())
         self.cli = SwarmCli(env, node_engines, timeout, config)
+        self.placement = Placement(self.cli)
+        self.push = ImagePush(self.cli, self.compose, registry, self._gate)
         self._images: dict[str, dict[str, str]] = {}  # deployment -> service -> pushed reference (build -> start)
         self._baseline: dict[str, set[str]] = {}  # task ids from before the last start: not this attempt's
         self._address: dict[str, str] = {}  # deployment -> its node's address
         self._started: dict[str, float] = {}  # deployment -> when its last start began (monotonic)
-        self._placed: dict[str, str] = {}  # deployment -> node chosen by this process (deploys run in parallel)
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -112,7 +111,7 @@ class SwarmRuntime(Runtime):
         with _failure("Docker build failed"):
             self.compose.build(deployment_id, compose_file, log, control)
         with _failure("Images could not be pushed to SWARM_REGISTRY"):
-            self._images[deployment_id] = self._push(deployment_id, compose_file, log, control)
+            self._images[deployment_id] = self.push.every_image(deployment_id, compose_file, log, control)
 
     def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
                       control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
@@ -130,8 +129,9 @@ class SwarmRuntime(Runtime):
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         with _failure("Containers failed to start"):
             document = self.compose.normalized(compose_file, deployment_id)
-            images = self._images.pop(deployment_id, None) or self._push(deployment_id, compose_file, log, control)
-            node, former = self._place(deployment_id, log)
+            images = (self._images.pop(deployment_id, None)
+                      or self.push.every_image(deployment_id, compose_file, log, control))
+            node, former = self.placement.place(deployment_id, log)
             plan = self._plan(deployment_id, document, images, node.id, former)
             for note in plan.notes:
                 log.note(note)
@@ -140,7 +140,7 @@ class SwarmRuntime(Runtime):
             self._baseline[deployment_id] = {task.id for task in tasks}
             self._started[deployment_id] = time.monotonic()
             self._address[deployment_id] = node.address
-            before = self._specs(deployment_id)
+            before = task_sources(self.cli, deployment_id)
             # Services whose task ended and will not be restarted (restart "no", its node stopped meanwhile): a
             # deploy that changes nothing of them would leave them down, so they are given a new task. (One scaled
             # to zero gets one from the deploy: the stack file says one replica.)
@@ -149,7 +149,7 @@ class SwarmRuntime(Runtime):
             # Not in the checkout: a file of the pull request's must never be where the service writes.
             with tempfile.TemporaryDirectory(prefix="po-stack-") as scratch:
                 self._deploy(deployment_id, plan, Path(scratch) / STACK_FILE, log, control, before, ended)
-            after = self._specs(deployment_id)
+            after = task_sources(self.cli, deployment_id)
             changed = sorted(name for name, spec in after.items() if before.get(name) != spec)
             if changed:  # `start` returns once the preview is what was deployed: the health check asks the new app
                 log.note(f"waiting for the swarm to replace {', '.join(changed)}")
@@ -166,7 +166,7 @@ class SwarmRuntime(Runtime):
         self._baseline.pop(deployment_id, None)
         self._address.pop(deployment_id, None)
         self._started.pop(deployment_id, None)
-        self._placed.pop(deployment_id, None)
+        self.placement.forget(deployment_id)
         return remove_deployment(self.cli, self.registry, deployment_id)
 
     def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
@@ -191,44 +191,17 @@ class SwarmRuntime(Runtime):
                     return found
             if all(task.state == "running" for task in tasks if task.desired == "running"):
                 return None
-            return self._node_problem(deployment_id)
+            return self.placement.node_problem(deployment_id)
 
     def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
         """Previews whose node is down or gone: their database's volume is there, so they stay down until a
         push moves them."""
         with _failure("Swarm nodes could not be listed"):
-            nodes = {node.id: node for node in self.cli.nodes()}
-            pins = {}
-            for service in self.cli.services(NODE_LABEL):
-                labels = service["Spec"].get("Labels") or {}
-                pins[labels.get(STACK_LABEL, "")] = labels.get(NODE_LABEL, "")
-        lost = {}
-        for deployment_id in deployment_ids:
-            if deployment_id in pins and (why := node_lost(pins[deployment_id], nodes)) is not None:
-                lost[deployment_id] = why
-        return lost
+            return self.placement.lost(deployment_ids)
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
-        label = DEPLOYMENT_LABEL if deployment_id is None else f"{DEPLOYMENT_LABEL}={deployment_id}"
-        found: dict[str, str] = {}
         with _failure("Swarm resources could not be listed"):
-            for service in self.cli.services(label):
-                found[f"service:{service['Spec']['Name']}"] = service["Spec"]["Labels"].get(DEPLOYMENT_LABEL, "")
-            found.update({f"network:{name}": owner for name, owner in self.cli.networks(label).items()})
-            manager = self.cli.swarm_info().get("Name", "")
-            for node in self.cli.nodes():
-                engine = self.cli.engine(node.hostname, manager)
-                if engine is None or node.state != "ready":
-                    continue
-                found.update({f"volume:{node.hostname}/{name}": owner
-                              for name, owner in self.cli.node_volumes(engine, label).items()})
-        try:
-            for repository, tags in self.registry.tags(deployment_id).items():
-                owner = Registry.owner(repository, self.registry.namespace)
-                found.update({f"image:{repository}:{tag}": owner for tag in tags})
-        except RegistryError:
-            pass  # the registry being away must not hide the stacks and volumes; its tags are found next time
-        return found
+            return owned_resources(self.cli, self.registry, deployment_id)
 
     def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
         host, port = self.app_address(deployment_id, app_port)
@@ -238,7 +211,7 @@ class SwarmRuntime(Runtime):
         """The app's port is published in host mode: it answers at its node's address only."""
         if deployment_id not in self._address:
             with _failure("The preview's node could not be found"):
-                pinned = self._pinned(deployment_id)[0]
+                pinned = self.placement.pinned(deployment_id)[0]
                 address = next((node.address for node in self.cli.nodes() if node.id == pinned), "")
             if not address:
                 raise RuntimeFailure("The preview's node could not be found", f"{deployment_id} has no stack")
@@ -274,37 +247,6 @@ class SwarmRuntime(Runtime):
 
     # Helpers ------------------------------------------------------------------------------------------------
 
-    def _push(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
-              control: FlowControl) -> dict[str, str]:
-        """Every image of the preview into the registry: the built ones under the deployment, the `image:` ones
-        into the shared mirror (the nodes need nothing but SWARM_REGISTRY)."""
-        document = self.compose.normalized(compose_file, deployment_id)
-        images: dict[str, str] = {}
-        with self._gate.pushing(control, log):
-            for name, service in (document.get("services") or {}).items():
-                images[name] = self._push_one(deployment_id, compose_file, name, service, log, control)
-        return images
-
-    def _push_one(self, deployment_id: str, compose_file: Path, name: str, service: dict[str, Any],
-                  log: DeploymentLog, control: FlowControl) -> str:
-        """One service's image into the registry: a built one under the deployment, an `image:` one into the
-        shared mirror."""
-        built = service.get("build") is not None
-        local = service.get("image") or f"{deployment_id}-{name}"  # compose's name for a built image
-        ident = self._image_id(local)
-        if ident is None:
-            self.compose.pull(deployment_id, compose_file, name, log, control)
-            ident = self._image_id(local) or ""
-        tag = ident.removeprefix("sha256:")[:12]
-        reference = (self.registry.reference(deployment_id, name, tag) if built
-                     else self.registry.mirror_reference(local, tag))
-        self.cli.docker(["tag", local, reference], log=log)
-        self.cli.docker(["push", "--quiet", reference], log=log, timeout=1800, control=control)
-        # Not kept on the manager: a later preview's `FROM` or `image:` of this name would find it there, without
-        # the registry's credentials (the nodes pull it with them, for the stacks the service deploys).
-        self.cli.docker(["image", "rm", "--no-prune", reference], log=log)
-        return reference
-
     def _plan(self, deployment_id: str, document: dict[str, Any], images: dict[str, str] | None, node_id: str,
               former: list[str]) -> StackPlan:
         """The stack file; `images` None: only whether the swarm can run the file at all."""
@@ -314,53 +256,6 @@ class SwarmRuntime(Runtime):
             return plan_stack(document, deployment_id, images, node_id, former, self.registry.host)
         except StackRefused as exc:
             raise RuntimeFailure("The compose file cannot run on a Docker Swarm", "\n".join(exc.problems)) from None
-
-    def _image_id(self, image: str) -> str | None:
-        try:
-            return self.cli.docker(["image", "inspect", "--format", "{{.Id}}", image], timeout=30).strip()
-        except CommandFailed:
-            return None
-
-    def _pinned(self, deployment_id: str) -> tuple[str | None, list[str]]:
-        """The node the stack's services are pinned to, and the nodes it was pinned to before."""
-        for service in self.cli.stack_services(deployment_id):
-            labels = service["Spec"].get("Labels") or {}
-            if labels.get(NODE_LABEL):
-                return labels[NODE_LABEL], [n for n in labels.get(FORMER_LABEL, "").split(",") if n]
-        return None, []
-
-    def _place(self, deployment_id: str, log: DeploymentLog) -> tuple[SwarmNode, list[str]]:
-        nodes = {node.id: node for node in self.cli.nodes()}
-        pinned, former = self._pinned(deployment_id)
-        if pinned is not None:
-            node = nodes.get(pinned)
-            if node is not None and node.usable:
-                return node, former
-            where = f"{node.hostname} is {node.state}" if node else f"{pinned} left the swarm"
-            log.note(f"the node this preview ran on ({where}): it moves to another node; its database starts empty")
-            former = [*former, pinned]
-        usable = [node for node in nodes.values() if node.usable]
-        if not usable:
-            raise RuntimeFailure("No swarm node is ready to run the preview", "docker node ls: no node is Ready "
-                                 "and Active")
-        load: dict[str, set[str]] = {}
-        for service in self.cli.services(NODE_LABEL):
-            labels = service["Spec"].get("Labels") or {}
-            load.setdefault(labels.get(NODE_LABEL, ""), set()).add(labels.get(STACK_LABEL, ""))
-        for other, node_id in self._placed.items():  # chosen by a deploy running beside this one
-            load.setdefault(node_id, set()).add(other)
-        candidates = [node for node in usable if not node.manager] or usable  # managers only when alone
-        chosen = min(candidates, key=lambda n: (len(load.get(n.id, ())), n.hostname))
-        self._placed[deployment_id] = chosen.id
-        return chosen, former
-
-    def _specs(self, deployment_id: str) -> dict[str, TaskSource]:
-        """service -> what its tasks are made from, as the swarm has it now: a service whose spec a deploy changed
-        gets new tasks (or, scaled back from zero, its task)."""
-        return {service["Spec"]["Name"].removeprefix(f"{deployment_id}_"):
-                TaskSource(service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec"),
-                            service["Spec"].get("Mode"))
-                for service in self.cli.stack_services(deployment_id)}
 
     def _deploy(self, deployment_id: str, plan: StackPlan, stack_file: Path, log: DeploymentLog,
                 control: FlowControl, before: dict[str, TaskSource], ended: set[str]) -> None:
@@ -383,30 +278,11 @@ class SwarmRuntime(Runtime):
         """A new task for each service of `ended` whose spec the deploy left as it was (`before`)."""
         if not ended:
             return
-        now = self._specs(deployment_id)
+        now = task_sources(self.cli, deployment_id)
         for name in sorted(ended):
             if now.get(name) == before.get(name):
                 log.note(f"{name}'s task had ended: started again")
                 self.cli.force_update(f"{deployment_id}_{name}", log)
-
-    def _node_problem(self, deployment_id: str) -> str | None:
-        pinned = self._pinned(deployment_id)[0]
-        if pinned is None:
-            return None
-        return node_lost(pinned, {node.id: node for node in self.cli.nodes()})
-
-
-class TaskSource(NamedTuple):
-    """What a service's tasks are made from (compared before and after a deploy)."""
-
-    template: Any
-    endpoint: Any
-    mode: Any
-
-    @property
-    def replicas(self) -> int:
-        return int(((self.mode or {}).get("Replicated") or {}).get("Replicas") or 0)
-
 
 @contextmanager
 def _failure(message: str) -> Iterator[None]:

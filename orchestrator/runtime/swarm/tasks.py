@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.plugin_api import RuntimeFailure
@@ -113,3 +114,24 @@ def task_problem(service: str, tasks: list[Task], baseline: set[str]) -> str | N
     if pending:
         return f"{service} cannot be placed: {pending[0].error}{PENDING}"
     return None
+
+
+class TaskSource(NamedTuple):
+    """What a service's tasks are made from (compared before and after a deploy)."""
+
+    template: Any
+    endpoint: Any
+    mode: Any
+
+    @property
+    def replicas(self) -> int:
+        return int(((self.mode or {}).get("Replicated") or {}).get("Replicas") or 0)
+
+
+def task_sources(cli: SwarmCli, deployment_id: str) -> dict[str, TaskSource]:
+    """service -> what its tasks are made from, as the swarm has it now: a service whose spec a deploy changed
+    gets new tasks (or, scaled back from zero, its task)."""
+    return {service["Spec"]["Name"].removeprefix(f"{deployment_id}_"):
+            TaskSource(service["Spec"].get("TaskTemplate"), service["Spec"].get("EndpointSpec"),
+                       service["Spec"].get("Mode"))
+            for service in cli.stack_services(deployment_id)}
