@@ -436,14 +436,14 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
 def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: bool = True,
               repository_owned: bool = False, repository: str = "Codertocat/Hello-World",
               head: str | None = None, codehost: str = "github") -> object:
-    """BuildSteps.data_seed for a checkout in `tmp_path/work` and SNAPSHOTS_DIR `tmp_path/snapshots`: the DataSeed,
+    """DataSteps.seed for a checkout in `tmp_path/work` and SNAPSHOTS_DIR `tmp_path/snapshots`: the DataSeed,
     or StepFailed's message."""
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
     from orchestrator.common.deployment_log import DeploymentLog
-    from orchestrator.flows.build_steps import BuildSteps
     from orchestrator.flows.context import StepFailed, Target
+    from orchestrator.flows.data_steps import DataSteps
     from orchestrator.rendering.compose_document import RenderedDeployment
     from orchestrator.state.records import PullRequestEvent
 
@@ -457,9 +457,9 @@ def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: 
     wiring = postgres.po_database(database="postgres", context=make_context("a", "b", 4, 8001, 9001, b"k"))
     rendered = RenderedDeployment(compose_file="x", compose={}, repository_owned=repository_owned,
                                   seed=wiring.seed if seedable and wiring else None)
-    steps = BuildSteps(SimpleNamespace(settings=SimpleNamespace(snapshots_path=tmp_path / "snapshots")))  # type: ignore[arg-type]
+    steps = DataSteps(SimpleNamespace(settings=SimpleNamespace(snapshots_path=tmp_path / "snapshots")))  # type: ignore[arg-type]
     try:
-        return steps.data_seed(event, target, config, rendered)
+        return steps.seed(event, target, config, rendered)
     except StepFailed as exc:
         return exc.message
 
