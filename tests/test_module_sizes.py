@@ -16,7 +16,6 @@ PACKAGES = ("orchestrator", "frameworks", "databases", "plugins")
 LIMIT = 300
 # To split, largest first; each may shrink, none may grow.
 OVER = {
-    "orchestrator/http/openapi.py": 384,
     "orchestrator/rendering/compose_policy.py": 343,
     "orchestrator/plugin_api/codehost.py": 356,
     "orchestrator/adapters/nginx/proxy.py": 332,
