@@ -16,7 +16,8 @@ from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.codehosts.gitlab import GitLab
 from orchestrator.events.commands import command_in
 from orchestrator.http.app import create_app
-from orchestrator.plugin_api.codehost import ApiClient, Delivery, Ignored, PullRequestComment, WebhookRejected
+from orchestrator.plugin_api.codehost import ApiClient
+from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestComment, WebhookRejected
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import comment_payload, webhook_headers

@@ -21,24 +21,19 @@ from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
 
 from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
-from orchestrator.plugin_api.codehost import (
-    ApiClient,
-    ApiCodeHost,
-    CodeHostError,
-    CodeHostSpec,
+from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.deliveries import (
     Delivery,
     Ignored,
     PayloadModel,
     PullRequestChange,
     PullRequestComment,
     WebhookRejected,
-    find_issue_comment,
     json_object,
     labels_of,
     signature_matches,
-    unreadable_item,
-    upsert_issue_comment,
 )
+from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_issue_comment
 
 NAME = "gitea"
 CONTEXT = "preview-orchestrator"

@@ -18,22 +18,17 @@ import httpx
 from orchestrator.codehosts.github_app import AppTokens
 from orchestrator.codehosts.github_payload import listed_pull_request, parse_pull_request
 from orchestrator.plugin_api import Check, Metrics, hookimpl
-from orchestrator.plugin_api.codehost import (
-    ApiClient,
-    ApiCodeHost,
-    CodeHostError,
-    CodeHostSpec,
+from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.deliveries import (
     Delivery,
     Ignored,
     PullRequestChange,
     PullRequestComment,
     WebhookRejected,
-    find_issue_comment,
     json_object,
     signature_matches,
-    unreadable_item,
-    upsert_issue_comment,
 )
+from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_issue_comment
 
 log = logging.getLogger("orchestrator.codehosts.github")
 NAME = "github"

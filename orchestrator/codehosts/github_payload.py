@@ -17,9 +17,9 @@ from orchestrator.plugin_api import (
     branch_problem,
     describe_problems,
 )
-from orchestrator.plugin_api.codehost import (
+from orchestrator.plugin_api.codehost import CodeHostError
+from orchestrator.plugin_api.deliveries import (
     ACTIONS,
-    CodeHostError,
     Ignored,
     PayloadModel,
     PullRequestChange,

@@ -31,11 +31,8 @@ from orchestrator.codehosts.gitlab_payload import (
     gitlab_time,
 )
 from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
-from orchestrator.plugin_api.codehost import (
-    ApiClient,
-    ApiCodeHost,
-    CodeHostError,
-    CodeHostSpec,
+from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.deliveries import (
     Delivery,
     Ignored,
     PullRequestChange,
@@ -43,7 +40,6 @@ from orchestrator.plugin_api.codehost import (
     WebhookRejected,
     json_object,
     labels_of,
-    unreadable_item,
 )
 
 NAME = "gitlab"

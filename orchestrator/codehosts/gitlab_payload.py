@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from orchestrator.plugin_api.codehost import PayloadModel, WebhookRejected
+from orchestrator.plugin_api.deliveries import PayloadModel, WebhookRejected
 
 
 class Project(PayloadModel):

@@ -29,7 +29,8 @@ from orchestrator.events.inbox import Inbox
 from orchestrator.events.periodic import EventScheduler
 from orchestrator.flows.change_event import event_of
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.codehost import CodeHost, CodeHostError, PullRequestChange, WebhookRejected
+from orchestrator.plugin_api.codehost import CodeHost, CodeHostError
+from orchestrator.plugin_api.deliveries import PullRequestChange, WebhookRejected
 from orchestrator.rendering.plugin_host import CodeHosts
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record

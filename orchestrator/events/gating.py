@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.plugin_api.codehost import PullRequestChange
+from orchestrator.plugin_api.deliveries import PullRequestChange
 from orchestrator.settings import Settings
 
 DEPLOY, CLEANUP = "opened", "closed"

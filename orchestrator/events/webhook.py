@@ -17,13 +17,8 @@ from orchestrator.events.commands import command_in
 from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.events.inbox import KEEP_FINISHED
 from orchestrator.flows.change_event import checked_slug, event_of
-from orchestrator.plugin_api.codehost import (
-    CodeHost,
-    Delivery,
-    Ignored,
-    PullRequestComment,
-    WebhookRejected,
-)
+from orchestrator.plugin_api.codehost import CodeHost
+from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestComment, WebhookRejected
 from orchestrator.state.records import PullRequestEvent
 
 __all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "event_of", "parse_delivery"]

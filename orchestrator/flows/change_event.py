@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from orchestrator.common.naming import SHA_PATTERN, branch_problem, deployment_id, project_slug
-from orchestrator.plugin_api.codehost import PullRequestChange, WebhookRejected
+from orchestrator.plugin_api.deliveries import PullRequestChange, WebhookRejected
 from orchestrator.state.records import MAX_PR_NUMBER, EventTrigger, PullRequestEvent
 
 _NEEDS_HEAD = ("opened", "reopened", "synchronize")

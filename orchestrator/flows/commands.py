@@ -29,7 +29,8 @@ from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.reporting import CODEHOST_ERRORS, Reporter
-from orchestrator.plugin_api.codehost import CodeHost, WebhookRejected
+from orchestrator.plugin_api.codehost import CodeHost
+from orchestrator.plugin_api.deliveries import WebhookRejected
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 

@@ -14,24 +14,20 @@ from orchestrator.common.problems import describe_problems
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
-from orchestrator.plugin_api.codehost import (
-    ApiCodeHost,
-    CodeHost,
-    CodeHostSpec,
+from orchestrator.plugin_api.codehost import ApiCodeHost, CodeHost, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.deliveries import (
     Delivery,
     Ignored,
     PayloadModel,
     PullRequestChange,
     PullRequestComment,
     WebhookRejected,
-    find_issue_comment,
     json_object,
     labels_of,
     signature_matches,
-    unreadable_item,
-    upsert_issue_comment,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
+from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_issue_comment
 from orchestrator.plugin_api.own_settings import OwnSettings, ServerHostSettings, read_own_settings
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles

@@ -11,7 +11,8 @@ webhook path, `POST /webhook/{name}`, and for each delivery there:
 3. `parse(delivery)`: the pull-request change it reports, in the service's words (`PullRequestChange`), a new
    comment on a pull request (`PullRequestComment`: the service reads `/preview …` commands from it), or
    `Ignored(reason)` for anything else (a ping, another event, an action that changes nothing).
-   `WebhookRejected(400, ...)` for a body that is not what the host sends.
+   `WebhookRejected(400, ...)` for a body that is not what the host sends. These types, and helpers to read a
+   body, are in deliveries.py; GitHub's issue-comment endpoints, which Gitea shares, in issue_comments.py.
 
 The service then does the rest, the same for every host: the allow-list (`ALLOWED_REPOS`, entries
 `{name}:owner/repo`; GitHub's without a prefix), draft and label gating, names and the inbox. Deliveries are
@@ -32,13 +33,7 @@ gives git the credentials for a clone URL of this host; `checks` are its lines o
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
-import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -46,14 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
+from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestChange, PullRequestComment
 
 log = logging.getLogger("orchestrator.codehost")
 
-# The actions a change may carry (GitHub's names): the first four are acted on as they are; the others go
-# through the service's gating (PREVIEW_DRAFTS, PREVIEW_LABEL) and become a deploy, a cleanup or nothing.
-# `labels_changed`: the labels changed and the host does not say which (Gitea): the current ones decide.
-ACTIONS = frozenset({"opened", "reopened", "synchronize", "closed", "ready_for_review", "converted_to_draft",
-                     "labeled", "unlabeled", "labels_changed"})
 # What `set_status` is told: a deploy started, succeeded, failed, or its preview is gone (or superseded).
 STATES = frozenset({"in_progress", "success", "failure", "inactive"})
 
@@ -66,117 +57,6 @@ class CodeHostSpec(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
     description: str = ""
-
-
-class WebhookRejected(Exception):
-    """A delivery answered with `status` (400, 401, 403, ...) and `message`, and not acted on. `about`: the pull
-    request it names (owner/name, number, action) once its body was verified and read, for the delivery log."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.about: tuple[str, int, str] | None = None
-
-
-@dataclass(frozen=True)
-class Ignored:
-    """A delivery acknowledged with 200 and otherwise ignored (a ping, other events, other actions). `about`: the
-    pull request it names (owner/name, number, action), when the service knows it (the delivery log shows it)."""
-
-    reason: str
-    about: tuple[str, int, str] | None = None
-
-
-class PayloadModel(BaseModel):
-    """The base of a delivery's pydantic models: code hosts add fields all the time, only the ones read are checked
-    (bound them: `Field(max_length=…)`)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One webhook delivery as received: header names lower case, the raw body."""
-
-    headers: Mapping[str, str]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name.lower())
-
-
-@dataclass(frozen=True)
-class PullRequestChange:
-    """What a pull-request delivery says, in the service's words. `owner`/`name` is the repository the pull
-    request is *to* (its base); `head_repository` and `clone_url` are those of the branch (a fork's, for a fork);
-    `head_repository` None: the head repository is gone. The service checks names, branch and commit."""
-
-    action: str  # one of ACTIONS
-    owner: str
-    name: str
-    number: int
-    head_ref: str | None
-    head_sha: str | None
-    clone_url: str | None
-    head_repository: str | None
-    base_ref: str | None
-    updated_at: datetime | None = None  # the pull request's last change: older events are not acted on
-    draft: bool = False
-    labels: frozenset[str] = field(default_factory=frozenset)  # lower case
-    changed_label: str | None = None  # `labeled`/`unlabeled`: the label
-    open: bool = True  # the pull request's state: a change of a closed one can only remove its preview
-
-
-@dataclass(frozen=True)
-class PullRequestComment:
-    """A comment just written on a pull request of `owner/name`: the service looks for a `/preview …` command in it.
-    `author_id`: the author's numeric id where the host's permission API wants it (GitLab)."""
-
-    owner: str
-    name: str
-    number: int
-    author: str
-    body: str
-    author_id: int | None = None
-    # The comment's id and time as the signed body says: a comment runs its command once, however often its
-    # delivery is sent again (the delivery id header is not signed), and an old one never.
-    comment_id: int | None = None
-    created_at: datetime | None = None
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or WebhookRejected(400) naming what is wrong."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WebhookRejected(400, "Invalid payload: body is not UTF-8") from None
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise WebhookRejected(400, f"Invalid payload: body is not JSON ({exc.args[0][:80]})") from None
-    except RecursionError:
-        # The C decoder guards its own recursion; nesting that deep is never a real payload.
-        raise WebhookRejected(400, "Invalid payload: JSON is nested too deeply") from None
-    if not isinstance(document, dict):
-        raise WebhookRejected(400, "Invalid payload: body must be a JSON object")
-    return document
-
-
-def labels_of(labels: Any, key: str) -> frozenset[str]:
-    """The names (`key`: `name`, GitLab's `title`) of the first 200 labels of a delivery, lower case, read
-    leniently: anything not a list of objects is no label (what only the gating reads never refuses a delivery,
-    least of all a `closed` one)."""
-    items = labels[:200] if isinstance(labels, list) else []
-    return frozenset(str(item.get(key, ""))[:255].lower() for item in items if isinstance(item, dict))
-
-
-def signature_matches(secret: bytes, body: bytes, given: str | None, prefix: str = "") -> bool:
-    """Whether `given` is `prefix` + the hex HMAC-SHA256 of `body` under `secret`, compared in constant time."""
-    if not given or not secret:
-        return False
-    expected = prefix + hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode(), given.strip().encode("ascii", "replace"))
 
 
 class CodeHost:
@@ -324,33 +204,3 @@ def unreadable_item(owner: str, repo: str, item: Any, problem: str) -> PullReque
                 problem)
     return PullRequestChange(action="opened", owner=owner, name=repo, number=number, head_ref=None, head_sha=None,
                              clone_url=None, head_repository=None, base_ref=None)
-
-
-# GitHub's issue-comments endpoints, which Gitea and Forgejo share: the pull request's one comment --------------
-
-
-def upsert_issue_comment(api: ApiClient, owner: str, repo: str, number: int, comment_id: int | None,
-                         body: str, headers: Mapping[str, str] | None = None) -> int:
-    """Edit comment `comment_id` (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`), or create one on the pull
-    request (`POST …/issues/{number}/comments`) when it is None or was deleted; returns its id. `headers`: added
-    to the client's (a GitHub App's installation token)."""
-    extra = dict(headers or {})
-    if comment_id is not None:
-        response = api.request("comment", "PATCH", f"/repos/{owner}/{repo}/issues/comments/{comment_id}",
-                               json={"body": body}, headers=extra)
-        if response.status_code != 404:
-            api.check(response)
-            return comment_id
-    response = api.request("comment", "POST", f"/repos/{owner}/{repo}/issues/{number}/comments", json={"body": body},
-                           headers=extra)
-    return int(api.check(response).json()["id"])
-
-
-def find_issue_comment(api: ApiClient, owner: str, repo: str, number: int, marker: str,
-                       params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None) -> int | None:
-    """The newest comment of `GET …/issues/{number}/comments` (with `params`, e.g. a page size) whose body holds
-    `marker`."""
-    response = api.request("comment", "GET", f"/repos/{owner}/{repo}/issues/{number}/comments",
-                           params=dict(params or {}), headers=dict(headers or {}))
-    marked = [item["id"] for item in api.check(response).json() if marker in str(item.get("body", ""))]
-    return int(marked[-1]) if marked else None

@@ -9,7 +9,8 @@ from orchestrator.codehosts.gitea import Gitea
 from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.events.gating import Gate
 from orchestrator.events.webhook import parse_delivery
-from orchestrator.plugin_api.codehost import ApiClient, CodeHost, Delivery, Ignored
+from orchestrator.plugin_api.codehost import ApiClient, CodeHost
+from orchestrator.plugin_api.deliveries import Delivery, Ignored
 from orchestrator.rendering.plugin_host import CodeHosts
 from orchestrator.state.records import PullRequestEvent
 from tests.support.payloads import SECRET

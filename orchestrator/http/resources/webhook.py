@@ -17,7 +17,8 @@ from orchestrator.events.gating import Gate
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.events.webhook import MAX_BODY_BYTES, parse_delivery
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.codehost import CodeHost, Delivery, Ignored, WebhookRejected
+from orchestrator.plugin_api.codehost import CodeHost
+from orchestrator.plugin_api.deliveries import Delivery, Ignored, WebhookRejected
 from orchestrator.settings import Settings
 from orchestrator.state.records import PullRequestEvent, StatusOk, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
