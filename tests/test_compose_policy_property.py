@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from orchestrator.adapters.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError, parse_preview_config
+from orchestrator.rendering.compose_allowlist import ALLOWED_ULIMITS
 from orchestrator.rendering.compose_document import LOG_OPTIONS, PIDS_LIMIT
 from orchestrator.rendering.compose_file import RESOURCES, make_context, render_deployment, write_rendered
-from orchestrator.rendering.compose_policy import ALLOWED_ULIMITS
 from orchestrator.rendering.plugin_host import build_plugin_host
 from orchestrator.runtime.compose_cli import Compose
 from tests.support.compose import compose_binary
