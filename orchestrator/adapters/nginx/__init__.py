@@ -1,5 +1,6 @@
-"""The per-pull-request nginx route: its text (route.py, pure), its files and reloads (proxy.py), the wait until
-nginx serves it (served.py), the users file of basic protection (users.py).
+"""The per-pull-request nginx route: its text (route.py, pure), its files and reloads (proxy.py), its flag
+(flags.py) and activity file (activity.py), the wait until nginx serves it (served.py), the users file of basic
+protection (users.py).
 
 Path routing (PREVIEW_ROUTING=path): a `location /{slug}/pr-{N}/` file in PROXY_CONFIG_DIR, included inside the
 site's server. Host routing (`host`): a `server` of its own per preview, `{slug}-pr-{N}.{PREVIEW_DOMAIN}`, in
@@ -17,8 +18,10 @@ did not exist. A new preview's route is written and loaded while the app builds,
 healthy — by creating the flag, which nginx looks at on every request: no reload on the way to `running`.
 """
 
+from orchestrator.adapters.nginx.activity import ACTIVITY_DIR
 from orchestrator.adapters.nginx.errors import FlagUnseen, ProxyError
-from orchestrator.adapters.nginx.proxy import ACTIVITY_DIR, OPEN_DIR, Proxy
+from orchestrator.adapters.nginx.flags import OPEN_DIR
+from orchestrator.adapters.nginx.proxy import Proxy
 from orchestrator.adapters.nginx.route import APP_HEADER_RULE, Routing
 from orchestrator.adapters.nginx.users import USERS_FILE
 

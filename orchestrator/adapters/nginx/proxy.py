@@ -1,13 +1,12 @@
-"""Route files in PROXY_CONFIG_DIR: write, test, reload (a route that fails the test is rolled back), open by
-flag, activity files of sleep, and the wait until nginx serves a route (served.py). The text is route.py's."""
+"""Route files in PROXY_CONFIG_DIR: write, test, reload (a route that fails the test is rolled back), and the wait
+until nginx serves a route (served.py). The text is route.py's; the flag that opens a route flags.py's; the
+activity files of sleep activity.py's."""
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shlex
-import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +14,9 @@ from urllib.parse import urlsplit
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
 from orchestrator.adapters.host_env import HostEnv
+from orchestrator.adapters.nginx.activity import ActivityFiles
 from orchestrator.adapters.nginx.errors import ProxyError
+from orchestrator.adapters.nginx.flags import RouteFlags
 from orchestrator.adapters.nginx.route import Routing, route_text
 from orchestrator.adapters.nginx.served import SERVED_TIMEOUT, Probe, wait_served
 from orchestrator.adapters.nginx.users import USERS_FILE, UsersFile
@@ -30,16 +31,14 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("orchestrator.adapters.nginx")
 
-ACTIVITY_DIR = "activity"  # PROXY_CONFIG_DIR/activity/{slug}-pr-{N}.log: no `include` matches it
-OPEN_DIR = "open"  # PROXY_CONFIG_DIR/open/{slug}-pr-{N}: the route's flag; no `include` matches it
 
 # The app a route proxies to (its first proxy_pass that is not the service's: the route's own location comes first).
 _APP_UPSTREAM = re.compile(r"^\s*proxy_pass http://(\[[0-9a-fA-F:.]+\]|[0-9.]+):([0-9]{1,5})/?;", re.MULTILINE)
-UNSEEN_MARK = ".workers-cannot-look"  # in OPEN_DIR: nginx's workers were found not to see the flags
-_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 
 
-class Proxy:
+class Proxy(RouteFlags, ActivityFiles):
+    """The routes of PROXY_CONFIG_DIR; their flags (flags.py) and activity files (activity.py) are its bases'."""
+
     def __init__(self, config_dir: Path, test_command: str, reload_command: str, env: HostEnv,
                  public_host: str = "localhost", listen_port: int = 80, routing: Routing | None = None) -> None:
         self.config_dir = config_dir
@@ -114,85 +113,6 @@ class Proxy:
         if self.routing.wake_key is None:
             raise ProxyError("no wake key file configured (Routing.wake_key)")
         return wake_key(read_or_create(self.routing.wake_key, random_key), subject)
-
-    def activity_path(self, slug: str, pr: int) -> Path:
-        """The preview's activity file: nginx logs each request that reaches the app to it (with sleep)."""
-        return self.config_dir / ACTIVITY_DIR / f"{slug}-pr-{pr}.log"
-
-    def last_activity(self, slug: str, pr: int) -> float | None:
-        """When a request last reached the preview's app through nginx (the activity file's time, Unix seconds);
-        None when the route keeps no activity file (written before sleep was switched on).
-
-        The file is emptied on the way, keeping its time: its lines are not needed (they may hold the comment's
-        token) and it must not grow. nginx appends through the descriptor it opened, so a line written meanwhile
-        lands in the emptied file; its time is then the newer one."""
-        path = self.activity_path(slug, pr)
-        try:
-            seen = path.stat()
-            if seen.st_size:
-                os.truncate(path, 0)  # moves the file's time: put back, unless a request came in meanwhile
-                os.utime(path, ns=(seen.st_atime_ns, seen.st_mtime_ns))
-                if path.stat().st_size:
-                    os.utime(path)
-                    return time.time()
-        except FileNotFoundError:
-            return None
-        return seen.st_mtime
-
-    def flag_path(self, slug: str, pr: int) -> Path:
-        """The route's flag: while it exists the route is open (nginx looks at it on every request)."""
-        return self.config_dir.resolve() / OPEN_DIR / f"{slug}-pr-{pr}"  # the path nginx's workers go through
-
-    def flags_usable(self) -> bool:
-        """Whether routes can open by their flag: nginx's workers (an unprivileged user) must be able to look at
-        it, so every directory down to OPEN_DIR lets others through (as /etc/nginx does). Decided once per
-        process (and its path must be plain: it stands in every route); else routes carry no check and are
-        written when they open, with a reload."""
-        if self._flags is None:
-            directory = self.config_dir / OPEN_DIR
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-                directory.chmod(0o755)
-                real = directory.resolve()  # a link's target's directories are what the workers go through
-                self._flags = (_PLAIN_PATH.fullmatch(str(real)) is not None  # written unquoted into every route
-                               and not (directory / UNSEEN_MARK).exists()
-                               and all(part.stat().st_mode & stat.S_IXOTH for part in (real, *real.parents)))
-            except OSError:
-                self._flags = False
-            if not self._flags:
-                _logger.info("routes carry no flag: nginx's workers cannot look into %s (every directory above it "
-                             "must let others through, and its path be plain); each is written when it opens, with "
-                             "a reload", directory)
-        return self._flags
-
-    def stop_using_flags(self) -> None:
-        """nginx's workers turned out not to see the flags (FlagUnseen): routes carry no check from now on, after a
-        restart too (UNSEEN_MARK; remove it once nginx's workers can look into PROXY_CONFIG_DIR)."""
-        self._flags = False
-        try:
-            (self.config_dir / OPEN_DIR / UNSEEN_MARK).touch()
-        except OSError as exc:
-            _logger.warning("%s not written: %s", UNSEEN_MARK, exc)
-
-    def open(self, slug: str, pr: int) -> None:
-        """Open the preview's route at once, without a reload (nginx's workers look at the flag); a route that
-        checks no flag ignores it."""
-        flag = self.flag_path(slug, pr)
-        flag.parent.mkdir(parents=True, exist_ok=True)
-        flag.touch(mode=0o644)
-
-    def mark_activity(self, slug: str, pr: int) -> None:
-        """Count now as the preview's last request (it was just woken)."""
-        path = self.activity_path(slug, pr)
-        if path.exists():
-            os.utime(path)
-
-    def _create_activity(self, slug: str, pr: int) -> None:
-        """The activity file, the service's own (0600; nginx's master, root, opens it for its workers), made
-        before nginx would make it so that the service may empty it; an existing one keeps its time."""
-        path = self.activity_path(slug, pr)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
     def _probe(self, slug: str, pr: int) -> tuple[str, str, str | None]:
         """Where to ask nginx for the preview: URL, Host header, TLS server name."""
