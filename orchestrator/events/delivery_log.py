@@ -20,7 +20,8 @@ from pathlib import Path
 
 from orchestrator.common.sqlite_file import open_wal
 from orchestrator.common.text_table import printable
-from orchestrator.state.records import DeliveryLogEntry, PullRequestEvent
+from orchestrator.state.http_bodies import DeliveryLogEntry
+from orchestrator.state.records import PullRequestEvent
 
 MAX_ROWS = 200_000
 MAX_UNVERIFIED = 10_000  # of them refused before the signature was checked (401): anyone can send those

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.common.naming import deployment_id, project_slug
-from orchestrator.state.records import LOCAL_OWNER, LocalPreviewRequest, PullRequestEvent
+from orchestrator.state.http_bodies import LocalPreviewRequest
+from orchestrator.state.records import LOCAL_OWNER, PullRequestEvent
 
 
 class LocalPreviewRefused(Exception):

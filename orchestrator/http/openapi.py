@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from orchestrator.codehosts.github_payload import WebhookPayload
 from orchestrator.http.openapi_paths import operations
-from orchestrator.state import records as models
+from orchestrator.state import http_bodies as models
 
 API_VERSION = "0.1.0"
 _REF = "#/components/schemas/{model}"

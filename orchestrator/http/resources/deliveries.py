@@ -16,7 +16,8 @@ from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
 from orchestrator.http.resources.webhook import check_owner, queue_accepted
 from orchestrator.settings import Settings
-from orchestrator.state.records import DeliveryList, PullRequestEvent, ReplayAccepted, foreign_repository_message
+from orchestrator.state.http_bodies import DeliveryList, ReplayAccepted
+from orchestrator.state.records import PullRequestEvent, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.deliveries")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from falcon.asgi import Request, Response
 
-from orchestrator.state.records import Health
+from orchestrator.state.http_bodies import Health
 
 
 class HealthResource:

@@ -18,13 +18,8 @@ from orchestrator.events.inbox import Inbox
 from orchestrator.events.local_previews import local_event
 from orchestrator.http.resources.deployment_logs import DeploymentLogResource
 from orchestrator.settings import Settings
-from orchestrator.state.records import (
-    CleanupResult,
-    LocalPreviewAccepted,
-    LocalPreviewRequest,
-    event_for_record,
-    foreign_repository_message,
-)
+from orchestrator.state.http_bodies import CleanupResult, LocalPreviewAccepted, LocalPreviewRequest
+from orchestrator.state.records import event_for_record, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.previews")

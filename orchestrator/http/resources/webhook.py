@@ -20,7 +20,8 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import CodeHost
 from orchestrator.plugin_api.deliveries import Delivery, Ignored, WebhookRejected
 from orchestrator.settings import Settings
-from orchestrator.state.records import PullRequestEvent, StatusOk, foreign_repository_message
+from orchestrator.state.http_bodies import StatusOk
+from orchestrator.state.records import PullRequestEvent, foreign_repository_message
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.events.webhook")
