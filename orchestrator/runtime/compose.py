@@ -20,19 +20,14 @@ from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import DatabaseSeed, DataSeed, Runtime, RuntimeFailure, RuntimeSpec, hookimpl
 from orchestrator.plugin_api.checks import Check
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
-from orchestrator.runtime.compose_seeding import (
-    ComposeSeeding,
-    Seeding,
-    compose_services,
-    failure,
-    prebuilt_services,
-)
+from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import (
     DatabaseSeeds,
     layer_volume,
-    volume_name,
 )
+from orchestrator.runtime.failures import failure
+from orchestrator.runtime.written_compose import compose_services, database_volumes, prebuilt_services
 from orchestrator.settings import Settings
 
 NAME = "compose"
@@ -153,21 +148,11 @@ class ComposeRuntime(Runtime):
         the containers of `db` and `app` removed; the update the flow runs next creates them again. Only volumes
         the engine says are this deployment's (its label) are removed, whatever a file names."""
         try:
-            document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
+            wanted = database_volumes(compose_file, deployment_id)
         except (OSError, yaml.YAMLError) as exc:
             raise RuntimeFailure("The database could not be reset", f"{compose_file.name}: {exc}") from None
-        services = document.get("services") if isinstance(document, dict) else None
-        database = services.get("db") if isinstance(services, dict) else None
-        if not isinstance(database, dict):
+        if wanted is None:
             raise RuntimeFailure("This preview has no db service to reset")
-        declared = document.get("volumes") or {}
-        wanted = []
-        for mount in database.get("volumes") or []:
-            source = mount.get("source") if isinstance(mount, dict) else str(mount).split(":", 1)[0]
-            if isinstance(source, str) and isinstance(declared, dict) and source in declared:
-                volume = declared[source] if isinstance(declared[source], dict) else {}
-                if not volume.get("external"):
-                    wanted.append(volume_name(deployment_id, source, volume))
         with failure("The database could not be reset"):
             own = set(self.docker.labelled("volume", deployment_id))
             names = [name for name in wanted if name in own]

@@ -7,14 +7,10 @@ data) and data_seeds.py's (a repository's restored dump).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
@@ -29,6 +25,8 @@ from orchestrator.runtime.database_seeds import (
     copy_container,
     volume_name,
 )
+from orchestrator.runtime.failures import failure
+from orchestrator.runtime.written_compose import declared_containers, prebuilt_services, seed_volume
 
 STARTING = "The database and extra services failed to start"
 
@@ -234,52 +232,3 @@ class ComposeSeeding:
             if (found := copies.image_id(image)) is None:
                 raise SeedFailed("The database seed could not be restored", f"{image} is not on the engine")
             return found
-
-
-def prebuilt_services(compose_file: Path) -> list[str]:
-    """Services of a compose file the service wrote (never the repository's raw file) that run an image
-    as it is: everything but the app and what is built."""
-    return [name for name, service in compose_services(compose_file).items()
-            if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
-
-
-def declared_containers(compose_file: Path, services: list[str]) -> list[Container] | None:
-    """`services` as the compose file declares their containers (name, healthcheck); None unless each has a
-    `container_name` (every file the service generates gives one)."""
-    declared = compose_services(compose_file)
-    found = []
-    for name in services:
-        service = declared.get(name) or {}
-        if not service.get("container_name"):
-            return None
-        test = (service.get("healthcheck") or {}).get("test")
-        healthcheck = ["CMD-SHELL", test] if isinstance(test, str) else [str(t) for t in test] if test else None
-        found.append(Container(str(service["container_name"]), name, healthcheck))
-    return found
-
-
-def compose_services(compose_file: Path) -> dict[str, Any]:
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    return dict(document.get("services") or {})
-
-
-def seed_volume(compose_file: Path, seed: DatabaseSeed) -> tuple[dict[str, Any], str] | None:
-    """The compose file's declaration of the seed's volume and the db service's image, when the volume is the
-    preview's own (not external, the local driver); None otherwise."""
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}
-    volume = (document.get("volumes") or {}).get(seed.volume)
-    image = ((document.get("services") or {}).get("db") or {}).get("image")
-    if not isinstance(volume, dict) or volume.get("external") or volume.get("driver") or not image:
-        return None
-    return volume, str(image)
-
-
-@contextmanager
-def failure(message: str, kind: type[RuntimeFailure] = RuntimeFailure) -> Iterator[None]:
-    """CommandFailed of a step becomes the runtime's RuntimeFailure (or `kind`), with the command's last lines."""
-    try:
-        yield
-    except CommandFailed as exc:
-        raise kind(message, exc.tail()) from None
-    except OSError as exc:  # docker missing, or not executable
-        raise kind(message, str(exc)) from None

@@ -12,8 +12,6 @@ from __future__ import annotations
 import shlex
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import (
     Check,
-    ConfigError,
     Runtime,
     RuntimeFailure,
     RuntimeSpec,
@@ -32,6 +29,7 @@ from orchestrator.plugin_api import (
 )
 from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
+from orchestrator.runtime.failures import failure
 from orchestrator.runtime.swarm.cli import SwarmCli
 from orchestrator.runtime.swarm.doctor import swarm_checks
 from orchestrator.runtime.swarm.gc import PushGate, collect, due
@@ -106,16 +104,16 @@ class SwarmRuntime(Runtime):
         return self.compose.normalized(compose_file, deployment_id)
 
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        with _failure("docker compose could not read the compose file"):  # refused before anything is built
+        with failure("docker compose could not read the compose file"):  # refused before anything is built
             self._plan(deployment_id, self.compose.normalized(compose_file, deployment_id), None, "-", [])
-        with _failure("Docker build failed"):
+        with failure("Docker build failed"):
             self.compose.build(deployment_id, compose_file, log, control)
-        with _failure("Images could not be pushed to SWARM_REGISTRY"):
+        with failure("Images could not be pushed to SWARM_REGISTRY"):
             self._images[deployment_id] = self.push.every_image(deployment_id, compose_file, log, control)
 
     def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
                       control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
-        with _failure("The app image's entrypoint could not be read"):
+        with failure("The app image's entrypoint could not be read"):
             try:
                 return self.docker.image_command(image)
             except CommandFailed:  # an `image:` the build did not make: pulled on the manager
@@ -127,7 +125,7 @@ class SwarmRuntime(Runtime):
         """Nothing early: the stack is deployed in waves by `start` (db first, then the app once db is healthy)."""
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        with _failure("Containers failed to start"):
+        with failure("Containers failed to start"):
             document = self.compose.normalized(compose_file, deployment_id)
             images = (self._images.pop(deployment_id, None)
                       or self.push.every_image(deployment_id, compose_file, log, control))
@@ -157,7 +155,7 @@ class SwarmRuntime(Runtime):
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         """Scaled to zero: the services (and their node) and the volumes stay for the next deploy."""
-        with _failure("Containers could not be stopped"):
+        with failure("Containers could not be stopped"):
             services = self.cli.stack_services(deployment_id)
             self.cli.scale_to_zero([service["Spec"]["Name"] for service in services], log)
 
@@ -170,7 +168,7 @@ class SwarmRuntime(Runtime):
         return remove_deployment(self.cli, self.registry, deployment_id)
 
     def logs(self, deployment_id: str, compose_file: Path, service: str | None, tail: int) -> str:
-        with _failure("Container logs could not be read"):
+        with failure("Container logs could not be read"):
             names = [service] if service else sorted(
                 s["Spec"]["Name"].removeprefix(f"{deployment_id}_")
                 for s in self.cli.stack_services(deployment_id))
@@ -181,7 +179,7 @@ class SwarmRuntime(Runtime):
             return "\n".join(parts) + ("\n" if parts else "")
 
     def problem(self, deployment_id: str) -> str | None:
-        with _failure("Swarm tasks could not be listed"):
+        with failure("Swarm tasks could not be listed"):
             tasks = self.cli.tasks(deployment_id)
             baseline = self._baseline.get(deployment_id, set())
             patient = time.monotonic() - self._started.get(deployment_id, 0.0) < STUCK_SECONDS
@@ -196,11 +194,11 @@ class SwarmRuntime(Runtime):
     def lost_previews(self, deployment_ids: list[str]) -> dict[str, str]:
         """Previews whose node is down or gone: their database's volume is there, so they stay down until a
         push moves them."""
-        with _failure("Swarm nodes could not be listed"):
+        with failure("Swarm nodes could not be listed"):
             return self.placement.lost(deployment_ids)
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
-        with _failure("Swarm resources could not be listed"):
+        with failure("Swarm resources could not be listed"):
             return owned_resources(self.cli, self.registry, deployment_id)
 
     def app_url(self, deployment_id: str, app_port: int, path: str) -> str:
@@ -210,7 +208,7 @@ class SwarmRuntime(Runtime):
     def app_address(self, deployment_id: str, app_port: int) -> tuple[str, int]:
         """The app's port is published in host mode: it answers at its node's address only."""
         if deployment_id not in self._address:
-            with _failure("The preview's node could not be found"):
+            with failure("The preview's node could not be found"):
                 pinned = self.placement.pinned(deployment_id)[0]
                 address = next((node.address for node in self.cli.nodes() if node.id == pinned), "")
             if not address:
@@ -219,7 +217,7 @@ class SwarmRuntime(Runtime):
         return self._address[deployment_id], app_port
 
     def ports_in_use(self) -> set[int]:
-        with _failure("Published ports could not be listed"):
+        with failure("Published ports could not be listed"):
             return self.cli.published_ports()
 
     def secrets(self) -> list[str]:
@@ -242,7 +240,7 @@ class SwarmRuntime(Runtime):
         return self._gc_interval if self._gc_command and self._state_dir is not None else 0.0
 
     def remove_leftovers(self, owner_marker: str) -> None:
-        with _failure("Containers of the previous run could not be removed"):
+        with failure("Containers of the previous run could not be removed"):
             self.docker.remove_containers(f"{OWNER_LABEL}={owner_marker}")
 
     # Helpers ------------------------------------------------------------------------------------------------
@@ -283,15 +281,3 @@ class SwarmRuntime(Runtime):
             if now.get(name) == before.get(name):
                 log.note(f"{name}'s task had ended: started again")
                 self.cli.force_update(f"{deployment_id}_{name}", log)
-
-@contextmanager
-def _failure(message: str) -> Iterator[None]:
-    """A failed command (or a compose file compose cannot read) becomes the runtime's RuntimeFailure."""
-    try:
-        yield
-    except CommandFailed as exc:
-        raise RuntimeFailure(message, exc.tail()) from None
-    except ConfigError as exc:
-        raise RuntimeFailure(message, "; ".join(exc.problems)) from None
-    except OSError as exc:
-        raise RuntimeFailure(message, str(exc)) from None
