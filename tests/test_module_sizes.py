@@ -16,7 +16,6 @@ PACKAGES = ("orchestrator", "frameworks", "databases", "plugins")
 LIMIT = 300
 # To split, largest first; each may shrink, none may grow.
 OVER = {
-    "orchestrator/events/inbox.py": 304,
     "orchestrator/runtime/swarm/stack.py": 303,
 }
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from orchestrator.common.sqlite_file import open_wal
+from orchestrator.common.sqlite_file import Transaction, open_wal
 from orchestrator.state.records import PullRequestEvent
 
 FINISHED = ("done", "failed", "superseded", "cancelled")
@@ -266,38 +266,12 @@ class Inbox:
             params.extend(actions)
         self._db.execute(query, params)
 
-    def _transaction(self, durable: bool = True) -> _Transaction:
+    def _transaction(self, durable: bool = True) -> Transaction:
         # A commit that acknowledges a webhook is fsynced before the 200. Claiming and finishing are not
         # (WAL, synchronous=NORMAL: safe against a crash of the service, not of the machine): lost on power
         # loss, they only make an event run again, which flows allow. That halves the fsyncs per event.
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        return _Transaction(self._db, self.path)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, turning SQLite and disk errors into InboxError."""
-
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
-        self._db = db
-        self._path = path
-
-    def __enter__(self) -> None:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise InboxError(f"Event inbox {self._path} cannot be written: {exc}") from exc
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            try:
-                self._db.execute("COMMIT")
-                return
-            except sqlite3.Error as commit_error:
-                self._db.execute("ROLLBACK")
-                raise InboxError(f"Event inbox {self._path} cannot be written: {commit_error}") from None
-        self._db.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.Error):
-            raise InboxError(f"Event inbox {self._path} cannot be written: {exc}") from exc
+        return Transaction(self._db, lambda exc: InboxError(f"Event inbox {self.path} cannot be written: {exc}"))
 
 
 def _now() -> str:
