@@ -38,7 +38,7 @@ from orchestrator.runtime.swarm.pushing import ImagePush
 from orchestrator.runtime.swarm.registry import Registry, client_config
 from orchestrator.runtime.swarm.removal import owned_resources, remove_deployment
 from orchestrator.runtime.swarm.settings import SwarmSettings
-from orchestrator.runtime.swarm.stack import StackPlan, StackRefused, plan_stack
+from orchestrator.runtime.swarm.stack import StackRefused, plan_stack
 from orchestrator.runtime.swarm.tasks import (
     PENDING,
     STUCK_SECONDS,
@@ -48,6 +48,7 @@ from orchestrator.runtime.swarm.tasks import (
     task_problem,
     task_sources,
 )
+from orchestrator.runtime.swarm.waves import StackPlan
 from orchestrator.settings import Settings
 
 NAME = "swarm"

@@ -21,12 +21,12 @@ Options that only steer compose's own client (pull_policy, develop, ...) are dro
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.runtime.swarm.registry import same_registry
+from orchestrator.runtime.swarm.waves import StackPlan, start_waves
 
 STACK_VERSION = "3.9"
 APP = "app"
@@ -63,20 +63,6 @@ class StackRefused(Exception):
         self.problems = problems
 
 
-@dataclass
-class StackPlan:
-    document: dict[str, Any]
-    waves: list[list[str]]  # services by start order; wave N starts once wave N-1 is up
-    awaited: dict[str, str] = field(default_factory=dict)  # service -> "running" or "complete" (what others need)
-    notes: list[str] = field(default_factory=list)
-
-    def subset(self, wave: int) -> dict[str, Any]:
-        """The stack file with the services of waves 0..`wave` only."""
-        wanted = {name for names in self.waves[: wave + 1] for name in names}
-        services = {name: spec for name, spec in self.document["services"].items() if name in wanted}
-        return {**self.document, "services": services}
-
-
 def plan_stack(compose: dict[str, Any], deployment_id: str, images: dict[str, str], node_id: str,
                former: list[str] | None = None, registry_host: str = "") -> StackPlan:
     """The stack file for `compose` (normalised), with `images` (service -> pushed reference) pinned to
@@ -108,7 +94,7 @@ def plan_stack(compose: dict[str, Any], deployment_id: str, images: dict[str, st
             document[kind] = objects
     if problems:
         raise StackRefused(problems)
-    waves, awaited = _waves(compose.get("services") or {})
+    waves, awaited = start_waves(compose.get("services") or {})
     return StackPlan(document, waves, awaited, sorted(set(notes)))
 
 
@@ -278,26 +264,3 @@ def _hosts(value: Any) -> list[str]:
         return [f"{host}:{address}" for host, addresses in value.items()
                 for address in (addresses if isinstance(addresses, list) else [addresses])]
     return [str(entry).replace("=", ":", 1) if "=" in str(entry) else str(entry) for entry in value]
-
-
-def _waves(services: dict[str, Any]) -> tuple[list[list[str]], dict[str, str]]:
-    """Services grouped by how deep their depends_on chain is; what each awaited service must reach."""
-    level: dict[str, int] = {}
-    awaited: dict[str, str] = {}
-
-    def depth(name: str, seen: frozenset[str]) -> int:
-        if name not in level:
-            needs = (services.get(name) or {}).get("depends_on") or {}
-            deeper = [depth(str(dep), seen | {name}) for dep in needs if dep not in seen and dep in services]
-            level[name] = 1 + max(deeper) if deeper else 0
-        return level[name]
-
-    for name, service in services.items():
-        depth(str(name), frozenset())
-        for dep, condition in ((service or {}).get("depends_on") or {}).items():
-            wanted = "complete" if (condition or {}).get("condition") == "service_completed_successfully" else "running"
-            if awaited.get(str(dep)) != "complete":
-                awaited[str(dep)] = wanted
-    waves = [sorted(name for name, depth_ in level.items() if depth_ == index)
-             for index in range(max(level.values(), default=-1) + 1)]
-    return waves, awaited
