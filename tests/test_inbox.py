@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
-from orchestrator.state.records import PullRequestEvent
+from orchestrator.events.inbox import Inbox, InboxError
+from orchestrator.state.records import DeploymentTaken, PullRequestEvent
 
 
 def event(delivery: str, action: str = "opened", pr: int = 1, sha: str = "a" * 40) -> PullRequestEvent:

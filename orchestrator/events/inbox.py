@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from orchestrator.common.sqlite_file import Transaction, open_wal
-from orchestrator.state.records import PullRequestEvent
+from orchestrator.state.records import DeploymentTaken, PullRequestEvent
 
 FINISHED = ("done", "failed", "superseded", "cancelled")
 KEEP_FINISHED = timedelta(days=7)  # long enough to recognise a redelivery from the code host's UI
@@ -53,16 +53,6 @@ CREATE TABLE IF NOT EXISTS pull_request_clock (
 
 class InboxError(Exception):
     """The inbox file cannot be opened or written."""
-
-
-class DeploymentTaken(Exception):
-    """An open event of another repository holds this deployment id (their names give the same slug)."""
-
-    def __init__(self, owner: str, name: str, deployment_id: str = "") -> None:
-        super().__init__(f"{owner}/{name}")
-        self.owner = owner
-        self.name = name
-        self.deployment_id = deployment_id
 
 
 @dataclass(frozen=True)

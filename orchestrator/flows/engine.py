@@ -31,7 +31,7 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
-from orchestrator.state.records import DeploymentRecord, PullRequestEvent, foreign_repository_message
+from orchestrator.state.records import DeploymentRecord, DeploymentTaken, PullRequestEvent, check_owner
 from orchestrator.state.store import DeploymentStore
 
 __all__ = ["INTERRUPTED", "DeployEngine", "build_engine"]
@@ -70,8 +70,10 @@ class DeployEngine:
     def handle(self, event: PullRequestEvent, control: FlowControl | None = None) -> None:
         control = control or unlimited()
         existing = self.store.read().deployments.get(event.deployment_id)
-        if existing is not None and not existing.belongs_to(event):
-            raise FlowError(foreign_repository_message(event.deployment_id, existing.repoOwner, existing.repoName))
+        try:
+            check_owner(existing, event)
+        except DeploymentTaken as taken:
+            raise FlowError(taken.message) from None
         if event.action == "sleep":
             self.sleep_flow.sleep(event)
         elif event.action == "wake":

@@ -166,10 +166,25 @@ class DeploymentRecord(BaseModel):
         return self.repository == event.repository
 
 
-def foreign_repository_message(deployment_id: str, owner: str, name: str) -> str:
-    """Why an event of another repository whose name gives the same deployment id is refused."""
-    return (f"Deployment {deployment_id} belongs to the repository {owner}/{name}; another repository whose name "
-            "gives the same deployment id cannot use it")
+class DeploymentTaken(Exception):
+    """A deployment id is another repository's: its preview's record, or an open event, is of `owner/name` (their
+    names give the same slug: `acme/web-app` and `acme-web/app`)."""
+
+    def __init__(self, owner: str, name: str, deployment_id: str) -> None:
+        self.owner = owner
+        self.name = name
+        self.deployment_id = deployment_id
+        self.message = (f"Deployment {deployment_id} belongs to the repository {owner}/{name}; another repository "
+                        "whose name gives the same deployment id cannot use it")
+        super().__init__(self.message)
+
+
+def check_owner(record: DeploymentRecord | None, event: PullRequestEvent) -> None:
+    """The one rule of a shared deployment id: a preview belongs to one repository, and an event of another never
+    updates, resets or removes it (DeploymentTaken). Every way in applies it — the webhook, a replay, a local
+    preview, the engine — and the inbox the same to the open events it holds."""
+    if record is not None and not record.belongs_to(event):
+        raise DeploymentTaken(record.repoOwner, record.repoName, event.deployment_id)
 
 
 class PortAllocation(BaseModel):

@@ -13,11 +13,11 @@ from falcon.asgi import Request, Response
 
 from orchestrator.events.delivery_log import DeliveryLog, Entry
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
-from orchestrator.http.resources.webhook import check_owner, queue_accepted
+from orchestrator.events.inbox import Inbox, InboxError
+from orchestrator.http.resources.webhook import check_record_owner, queue_accepted
 from orchestrator.settings import Settings
 from orchestrator.state.http_bodies import DeliveryList, ReplayAccepted
-from orchestrator.state.records import PullRequestEvent, foreign_repository_message
+from orchestrator.state.records import PullRequestEvent
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.deliveries")
@@ -69,11 +69,8 @@ class DeliveryReplayResource:
         event = kept.model_copy(update={"delivery_id": f"replay-{entry_id}-{uuid.uuid4()}", "trigger": "replay",
                                         "received_at": datetime.now(UTC), "pr_updated_at": None})
         try:
-            await asyncio.to_thread(check_owner, self._store, event)
+            await asyncio.to_thread(check_record_owner, self._store, event)  # DeploymentTaken: a 409 (errors.py)
             await asyncio.to_thread(self._inbox.accept, event)
-        except DeploymentTaken as taken:
-            raise falcon.HTTPConflict(description=foreign_repository_message(
-                event.deployment_id, taken.owner, taken.name)) from None
         except InboxError as exc:
             log.error("could not record the replay: %s", exc, extra={"deploymentId": event.deployment_id})
             raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc

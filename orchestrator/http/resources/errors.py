@@ -10,9 +10,9 @@ from typing import Any
 import falcon
 from falcon.asgi import Request, Response
 
-from orchestrator.events.inbox import DeploymentTaken, InboxError
+from orchestrator.events.inbox import InboxError
 from orchestrator.events.local_previews import LocalPreviewRefused
-from orchestrator.state.records import foreign_repository_message
+from orchestrator.state.records import DeploymentTaken
 from orchestrator.state.store import StoreError
 
 log = logging.getLogger("orchestrator.http")
@@ -47,7 +47,7 @@ async def handle_unexpected(req: Request, resp: Response, exc: Exception, params
 
 async def handle_deployment_taken(req: Request, resp: Response, exc: DeploymentTaken, params: dict[str, Any]) -> None:
     """Another repository's event holds the deployment id (their names give the same slug)."""
-    raise falcon.HTTPConflict(description=foreign_repository_message(exc.deployment_id, exc.owner, exc.name))
+    raise falcon.HTTPConflict(description=exc.message)
 
 
 async def handle_inbox_error(req: Request, resp: Response, exc: InboxError, params: dict[str, Any]) -> None:

@@ -36,10 +36,10 @@ from orchestrator.common.naming import is_valid_deployment_id
 from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
+from orchestrator.events.inbox import Inbox, InboxError
 from orchestrator.events.sleep import request_wake
 from orchestrator.settings import Settings
-from orchestrator.state.records import DeploymentRecord
+from orchestrator.state.records import DeploymentRecord, DeploymentTaken
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.preview_wake")

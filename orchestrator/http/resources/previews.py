@@ -19,7 +19,7 @@ from orchestrator.events.local_previews import local_event
 from orchestrator.http.resources.deployment_logs import DeploymentLogResource
 from orchestrator.settings import Settings
 from orchestrator.state.http_bodies import CleanupResult, LocalPreviewAccepted, LocalPreviewRequest
-from orchestrator.state.records import event_for_record, foreign_repository_message
+from orchestrator.state.records import check_owner, event_for_record
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.previews")
@@ -50,9 +50,7 @@ class PreviewListResource:
             raise falcon.HTTPBadRequest(description="Invalid request: " + describe_problems(exc)) from None
         data = await asyncio.to_thread(self._store.read)
         existing = data.deployments.get(event.deployment_id)
-        if existing is not None and not existing.belongs_to(event):
-            raise falcon.HTTPConflict(description=foreign_repository_message(
-                event.deployment_id, existing.repoOwner, existing.repoName))
+        check_owner(existing, event)  # DeploymentTaken: a 409 (errors.py)
         if existing is None and len(data.deployments) >= self._settings.max_concurrent_previews:
             raise falcon.HTTPConflict(description=f"Preview limit reached: {len(data.deployments)} previews "
                                       "exist (MAX_CONCURRENT_PREVIEWS)")

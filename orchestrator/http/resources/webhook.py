@@ -14,14 +14,14 @@ from falcon.asgi import Request, Response
 from orchestrator.events.delivery_log import DeliveryLog, Entry
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.gating import Gate
-from orchestrator.events.inbox import DeploymentTaken, Inbox, InboxError
+from orchestrator.events.inbox import Inbox, InboxError
 from orchestrator.events.webhook import MAX_BODY_BYTES, parse_delivery
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import CodeHost
 from orchestrator.plugin_api.deliveries import Delivery, Ignored, WebhookRejected
 from orchestrator.settings import Settings
 from orchestrator.state.http_bodies import StatusOk
-from orchestrator.state.records import PullRequestEvent, foreign_repository_message
+from orchestrator.state.records import DeploymentTaken, PullRequestEvent, check_owner
 from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.events.webhook")
@@ -98,12 +98,11 @@ class WebhookResource:
         seen.update(repository=f"{parsed.repo_owner}/{parsed.repo_name}", pr_number=parsed.pr_number,
                     action=parsed.action)
         try:
-            await asyncio.to_thread(check_owner, self._store, parsed)
+            await asyncio.to_thread(check_record_owner, self._store, parsed)
             accepted = await asyncio.to_thread(self._inbox.accept, parsed)
         except DeploymentTaken as taken:
-            message = foreign_repository_message(parsed.deployment_id, taken.owner, taken.name)
-            log.warning("webhook refused: %s", message, extra=extra)
-            raise falcon.HTTPConflict(description=message) from None
+            log.warning("webhook refused: %s", taken.message, extra=extra)
+            raise falcon.HTTPConflict(description=taken.message) from None
         except InboxError as exc:
             # Not acknowledged, so the code host shows the delivery as failed and it can be redelivered.
             log.error("could not record event: %s", exc, extra=extra)
@@ -150,12 +149,9 @@ async def _read_body(req: Request) -> bytes:
     return b"".join(chunks)
 
 
-def check_owner(store: DeploymentStore, event: PullRequestEvent) -> None:
-    """A deployment belongs to one repository: `acme/web-app` and `acme-web/app` share a slug, and one must never
-    update or remove the other's preview (DeploymentTaken)."""
-    record = store.read().deployments.get(event.deployment_id)
-    if record is not None and not record.belongs_to(event):
-        raise DeploymentTaken(record.repoOwner, record.repoName)
+def check_record_owner(store: DeploymentStore, event: PullRequestEvent) -> None:
+    """check_owner against the preview's record in the store (DeploymentTaken)."""
+    check_owner(store.read().deployments.get(event.deployment_id), event)
 
 
 def queue_accepted(dispatcher: Dispatcher, event: PullRequestEvent) -> None:
