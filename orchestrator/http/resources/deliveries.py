@@ -13,7 +13,7 @@ from falcon.asgi import Request, Response
 
 from orchestrator.events.delivery_log import DeliveryLog, Entry
 from orchestrator.events.dispatcher import Dispatcher
-from orchestrator.events.inbox import Inbox, InboxError
+from orchestrator.events.inbox import Inbox
 from orchestrator.http.resources.webhook import check_record_owner, queue_accepted
 from orchestrator.settings import Settings
 from orchestrator.state.http_bodies import DeliveryList, ReplayAccepted
@@ -68,12 +68,9 @@ class DeliveryReplayResource:
         # A new event: its own delivery id, and no `updated_at` (a replay is the operator's, never stale).
         event = kept.model_copy(update={"delivery_id": f"replay-{entry_id}-{uuid.uuid4()}", "trigger": "replay",
                                         "received_at": datetime.now(UTC), "pr_updated_at": None})
-        try:
-            await asyncio.to_thread(check_record_owner, self._store, event)  # DeploymentTaken: a 409 (errors.py)
-            await asyncio.to_thread(self._inbox.accept, event)
-        except InboxError as exc:
-            log.error("could not record the replay: %s", exc, extra={"deploymentId": event.deployment_id})
-            raise falcon.HTTPInternalServerError(description="Event could not be recorded") from exc
+        # DeploymentTaken (another repository's preview) and InboxError: a 409 and a 500 (errors.py)
+        await asyncio.to_thread(check_record_owner, self._store, event)
+        await asyncio.to_thread(self._inbox.accept, event)
         log.info("replaying delivery %s (%s)", entry_id, event.action, extra={"deploymentId": event.deployment_id})
         queue_accepted(self._dispatcher, event)
         replayed = await asyncio.to_thread(self._deliveries.record, _entry(event, int(entry_id), logged.event))
