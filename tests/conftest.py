@@ -13,6 +13,7 @@ from orchestrator.settings import Settings, load_settings
 from orchestrator.state.store import DeploymentStore
 from tests.support.handlers import RecordingHandler
 from tests.support.payloads import FIXTURE_REPO, SECRET
+from tests.support.test_engine import engine_problem
 
 SettingsFactory = Callable[..., Settings]
 OwnEnv = Callable[..., None]
@@ -83,6 +84,14 @@ def host():  # noqa: ANN201
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--plugin", help="run only the tests of this built-in plugin (framework, database, service): "
                                       "those marked `uses(NAME)` or parametrized with NAME (tox's fw-*/db-*)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that drives Docker fails at once, saying how to run it, unless the suite's own engine is where it
+    runs (scripts/test-engine): never the machine's default engine."""
+    if item.get_closest_marker("docker") or item.get_closest_marker("swarm"):
+        if (problem := engine_problem()) is not None:
+            pytest.fail(problem, pytrace=False)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

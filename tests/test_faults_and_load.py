@@ -10,7 +10,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +22,7 @@ from tests.support.nginx import Nginx
 from tests.support.payloads import pr_payload, webhook_headers
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
+from tests.support.test_engine import start_engine, stop_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.live]
 
@@ -191,9 +191,6 @@ def test_read_only_deployments_dir_fails_cleanly(stack: Stack) -> None:
     stack.close(pr, repo, repo.sha_a)
 
 
-def restart_docker(root: Path) -> None:
-    subprocess.run([str(Path(__file__).parents[1] / "scripts" / "prepare-host")], check=True, timeout=180,
-                   capture_output=True)
 
 
 def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
@@ -207,14 +204,14 @@ def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
     wait_until(lambda: log.exists() and "compose.preview.yml build" in log.read_text(), timeout=120,
                message="compose build running")
     time.sleep(2)
-    subprocess.run(["pkill", "-TERM", "-x", "dockerd"], timeout=30)
+    stop_engine()  # the suite's own engine (its pidfile): the machine's default engine is never stopped
     wait_until(lambda: subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0,
                timeout=60, message="engine down")
     try:
         assert stack.wait_for(pr, "failed")["error"] in ("Docker build failed", "Containers failed to start")
         assert httpx.get(f"{stack.service.url}/health").status_code == 200
     finally:
-        restart_docker(stack.root)
+        start_engine()
     stack.close(pr, repo, repo.sha_a)
 
 
