@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,7 @@ from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.seed_containers import error_lines
 from orchestrator.runtime.seed_dumps import content_key, seed_key
+from orchestrator.state.records import DeploymentRecord, event_for_record
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
@@ -435,7 +437,7 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
 
 def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: bool = True,
               repository_owned: bool = False, repository: str = "Codertocat/Hello-World",
-              head: str | None = None, codehost: str = "github") -> object:
+              head: str | None = None, codehost: str = "github", event: object = None) -> object:
     """DataSteps.seed for a checkout in `tmp_path/work` and SNAPSHOTS_DIR `tmp_path/snapshots`: the DataSeed,
     or StepFailed's message."""
     from datetime import UTC, datetime
@@ -448,9 +450,10 @@ def seed_step(tmp_path: Path, seed: dict, database: str = "postgres", seedable: 
     from orchestrator.state.records import PullRequestEvent
 
     owner, name = repository.split("/")
-    event = PullRequestEvent(delivery_id="d", action="opened", deployment_id=f"{SLUG}-4", project_slug=SLUG,
-                             repo_owner=owner, repo_name=name, pr_number=4, received_at=datetime.now(UTC),
-                             head_repo_full_name=head or repository, codehost=codehost)
+    event = event or PullRequestEvent(
+        delivery_id="d", action="opened", deployment_id=f"{SLUG}-4", project_slug=SLUG, repo_owner=owner,
+        repo_name=name, pr_number=4, received_at=datetime.now(UTC), head_repo_full_name=head or repository,
+        codehost=codehost)
     work = tmp_path / "work"
     target = Target(f"{SLUG}-4", SLUG, 4, work, tmp_path / "git", DeploymentLog(tmp_path / "log"))
     config = parse_preview_config({**BASE, "database": database, "seed": seed}, KNOWN_ALL)
@@ -499,6 +502,16 @@ def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -
     # A fork's author is not the repository's: the operator's data is not theirs, approved or not.
     assert "a pull request from a fork cannot use the operator's snapshots" in str(
         seed_step(tmp_path, {"snapshot": "nightly.sql"}, head="mallory/Hello-World"))
+    # An event the service makes from the record (a maintainer's reset-db or redeploy of an approved fork's preview)
+    # carries the record's head repository: refused the same; unknown (a record from before it was kept): refused.
+    for head, allowed in (("mallory/Hello-World", False), (None, False), ("Codertocat/Hello-World", True)):
+        record = DeploymentRecord(
+            prNumber=4, repoName="Hello-World", repoOwner="Codertocat", projectSlug=SLUG, deploymentId=f"{SLUG}-4",
+            branch="b", commitSha="a" * 40, framework="go", dbType="postgres", appPort=8080, exposedAppPort=8004,
+            exposedDbPort=9004, status="running", createdAt=datetime.now(UTC), updatedAt=datetime.now(UTC),
+            url="http://x/", headRepository=head)
+        made = seed_step(tmp_path, {"snapshot": "nightly.sql"}, event=event_for_record(record, "command", "reset"))
+        assert isinstance(made, DataSeed) is allowed, (head, made)
     # `owner/name` is a repository of the default code host; another host's must be named with its host.
     gitlab = seed_step(tmp_path, {"snapshot": "nightly.sql"}, codehost="gitlab")
     assert "belongs to another repository" in str(gitlab)

@@ -61,10 +61,14 @@ class DataSteps:
                 raise StepFailed(f"seed.file is not valid ({config.seed.file} is not a file in the repository)")
             name = path.name
         else:
-            # A fork's author is not the repository's: the operator's data is not theirs to read.
+            # A fork's author is not the repository's: the operator's data is not theirs to read. A pull request
+            # whose head is unknown (an event made from a record older than its `headRepository`) might be one.
             if known_fork(event):
                 raise StepFailed("seed.snapshot is not valid (a pull request from a fork cannot use the operator's "
                                  "snapshots)")
+            if not event.local and not event.head_repo_full_name:
+                raise StepFailed("seed.snapshot is not valid (the pull request's head repository is not known yet: "
+                                 "the operator's snapshots wait for its next push)")
             name = str(config.seed.snapshot)
             path = snapshot_path(self.c.settings.snapshots_path, target.slug, event, name)
         return DataSeed(repository=event.repository, source=config.seed.source, name=name, path=str(path),
@@ -94,6 +98,7 @@ def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str
 
 
 def known_fork(event: PullRequestEvent) -> bool:
-    """The event names a head repository other than the base (a delivery's, an approval's, the reconcile's). An
-    event the service makes from its record (reset-db, redeploy) names none: the record does not keep it."""
+    """The event names a head repository other than the base: a delivery's, an approval's, the reconcile's, or the
+    record's (`headRepository`) for an event the service makes from it (reset-db, redeploy). An event from a
+    record older than that field names none."""
     return bool(event.head_repo_full_name) and not event.local and event.from_fork

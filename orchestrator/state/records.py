@@ -93,6 +93,7 @@ def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id:
         project_slug=record.projectSlug, repo_owner=record.repoOwner, repo_name=record.repoName,
         pr_number=record.prNumber, branch=record.branch, commit_sha=record.commitSha,
         received_at=datetime.now(UTC), source=record.source, codehost=record.codehost, clone_url=record.cloneUrl,
+        head_repo_full_name=record.headRepository,
     )
 
 
@@ -128,6 +129,9 @@ class DeploymentRecord(BaseModel):
         default=None, description="Pull-request comment kept up to date; null until one was posted"
     )
     cloneUrl: str | None = Field(default=None, description="Where the head commit was cloned from")
+    headRepository: str | None = Field(
+        default=None, description="owner/name of the pull request's head repository (a fork's, for a fork); null "
+        "when unknown (a preview recorded before the service kept it)")
     error: str | None = Field(default=None, description="Why the last deploy or update failed; null otherwise")
     codehostDeploymentId: int | None = Field(
         default=None, description="The code host's deployment for the current commit; null when not reported"
