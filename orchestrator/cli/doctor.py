@@ -37,8 +37,9 @@ from orchestrator.state.store import DeploymentStore, StoreError
 LOW_DISK_BYTES = 5 * 1024**3
 
 
-def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
-    """Every check, in a fixed order; the slow ones (commands, the code host) run in parallel."""
+def run_checks(settings: Settings, env: HostEnv, loaded: PluginHost | None = None) -> list[Check]:
+    """Every check, in a fixed order; the slow ones (commands, the code host) run in parallel. `loaded`: the
+    plugins `serve` loaded (doctor alone loads them here)."""
     probes: list[Callable[[], Check]] = [
         lambda: _docker_engine(env), lambda: _compose(env), lambda: _buildkit(env), lambda: _git(env),
         lambda: _proxy_program(settings), lambda: _proxy_test(settings, env), lambda: _routes_included(settings, env),
@@ -48,7 +49,8 @@ def run_checks(settings: Settings, env: HostEnv) -> list[Check]:
         lambda: _allowed_repos(settings), lambda: _origins(settings),
     ]
     try:
-        plugins: PluginHost | PluginError = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+        plugins: PluginHost | PluginError = loaded or build_plugin_host(
+            disabled=settings.preview_orchestrator_disable_plugins)
     except PluginError as exc:
         plugins = exc
     except Exception as exc:  # noqa: BLE001 - plugins that break are doctor's lines, never its crash

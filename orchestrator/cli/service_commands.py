@@ -9,6 +9,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.cli.exits import service_settings_or_exit
 from orchestrator.plugin_api.codehost import CodeHost
+from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.settings import DEFAULT_CODEHOST, Settings, SettingsError
 
 
@@ -18,31 +19,36 @@ def serve(args: argparse.Namespace) -> int:
     from orchestrator.events.inbox import InboxError
     from orchestrator.http.app import create_app
     from orchestrator.observability.logs import configure_logging
-    from orchestrator.rendering.plugin_host import PluginError
+    from orchestrator.rendering.plugin_host import PluginError, build_plugin_host
 
     settings, secret_file = service_settings_or_exit()
     configure_logging(settings.log_level, settings.secret_values())
-    if not checks_pass(settings):
+    try:  # loaded once: start-up's checks, the app and the lines printed below share it
+        plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    except PluginError as exc:
+        print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
+        return 2
+    if not checks_pass(settings, plugins):
         return 2
     try:
-        app = create_app(settings)
+        app = create_app(settings, plugins=plugins)
     except (InboxError, PluginError, SettingsError, ImportError, ValueError) as exc:
         print(f"preview-orchestrator: cannot start: {exc}", file=sys.stderr)
         return 2
     host, port = args.host or settings.orchestrator_host, args.port or settings.orchestrator_port
-    print(next_steps(settings, secret_file, f"http://{host}:{port}"), flush=True)
+    print(next_steps(settings, secret_file, f"http://{host}:{port}", plugins), flush=True)
     uvicorn.run(app, host=host, port=port, log_config=None, lifespan="on", server_header=False)
     return 0
 
 
-def checks_pass(settings: Settings) -> bool:
+def checks_pass(settings: Settings, plugins: PluginHost | None = None) -> bool:
     """Start-up runs doctor's checks: hard failures stop it (with doctor's lines), soft ones are warnings."""
     import logging
 
     from orchestrator.adapters.host_env import HostEnv
     from orchestrator.cli import doctor
 
-    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
+    checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir), plugins)
     failed = doctor.hard_failures(checks)
     for check in failed:
         print(f"preview-orchestrator: {check.line()}", file=sys.stderr)
@@ -52,7 +58,8 @@ def checks_pass(settings: Settings) -> bool:
     return not failed
 
 
-def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -> str:
+def next_steps(settings: Settings, secret_file: Path | None, service_url: str,
+               plugins: PluginHost | None = None) -> str:
     """What a user does next, in a few lines (the secret itself is never printed)."""
     base = settings.preview_base_url or "http://localhost"
     secret = (f"kept in {secret_file} (show it: sudo cat {secret_file})" if secret_file
@@ -61,7 +68,7 @@ def next_steps(settings: Settings, secret_file: Path | None, service_url: str) -
     return "\n".join([
         f"preview-orchestrator {__version__} is serving on {service_url} (dashboard, API, /metrics)",
         f"  webhook secret: {secret}",
-        *registrations(settings, base),
+        *registrations(settings, base, plugins),
         f"  allowed repositories: {repos}",
         "  a preview without a code host: preview-orchestrator up DIR   (checks: preview-orchestrator doctor)",
     ])
@@ -121,22 +128,23 @@ def webhook_paths(settings: Settings) -> list[str]:
     return [f"/webhook/{path}" for host in _codehosts(settings) for path in (host.name, *host.aliases)]
 
 
-def registrations(settings: Settings, base: str) -> list[str]:
+def registrations(settings: Settings, base: str, plugins: PluginHost | None = None) -> list[str]:
     """What to register on each code host that is on (its plugin says, `CodeHost.registration`); GitHub's at the
     spec's path."""
     lines = []
-    for host in _codehosts(settings):
+    for host in _codehosts(settings, plugins):
         github = host.name == DEFAULT_CODEHOST
         url = f"{base}/webhook/{'codehost' if github else host.name}"
         lines.append(f"  {'code host' if github else host.name}: {host.registration.format(url=url)}")
     return lines
 
 
-def _codehosts(settings: Settings) -> list[CodeHost]:
+def _codehosts(settings: Settings, plugins: PluginHost | None = None) -> list[CodeHost]:
     from orchestrator.observability.metrics import Metrics
     from orchestrator.rendering.plugin_host import build_plugin_host
 
-    plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
+    if plugins is None:
+        plugins = build_plugin_host(disabled=settings.preview_orchestrator_disable_plugins)
     hosts = plugins.codehosts(settings, Metrics())
     hosts.close()  # only their names and texts are read
     return list(hosts)
