@@ -28,6 +28,7 @@ from tests.support.payloads import REPO_ROOT, fixture_bytes, webhook_headers
 from tests.support.registry import start_registry, stop_registry
 from tests.support.repos import config_for
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
+from tests.support.test_engine import engine_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.live]
 
@@ -36,7 +37,7 @@ HOST_PLUGIN = Path("/usr/local/lib/docker/cli-plugins/docker-compose")
 
 def cli(*args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd or REPO_ROOT,
-                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT), **env},
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT), **engine_env(), **env},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -222,7 +223,8 @@ def test_doctor_names_what_is_broken_and_fails(tmp_path: Path, codehost: FakeCod
         expected = f"✗ work directory writable: {mounted}: Read-only file system — fix: make {mounted} writable"
     try:
         result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "doctor"], cwd=REPO_ROOT,
-                                env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT), **env},
+                                env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT), **engine_env(),
+                                     **env},
                                 capture_output=True, text=True, timeout=120)
     finally:
         nginx.stop()
@@ -345,7 +347,7 @@ def registry(tmp_path: Path) -> Iterator[str]:
 
 def test_a_private_base_image_builds_with_the_operators_docker_login(tmp_path: Path, registry: str) -> None:
     image = f"{registry}/team/python-base:1"
-    pusher = {"PATH": os.environ["PATH"], "DOCKER_CONFIG": str(tmp_path / "pusher")}
+    pusher = {"PATH": os.environ["PATH"], "DOCKER_CONFIG": str(tmp_path / "pusher"), **engine_env()}
     subprocess.run(["docker", "tag", "po-standin/python:test", image], check=True, timeout=60)
     subprocess.run(["docker", "login", "-u", "operator", "--password-stdin", registry], input="registry-pass-41",
                    env=pusher, check=True, capture_output=True, text=True, timeout=60)
@@ -355,7 +357,8 @@ def test_a_private_base_image_builds_with_the_operators_docker_login(tmp_path: P
     home.mkdir()
     # the operator logs in once, as Docker's documentation says; the service runs with that HOME
     subprocess.run(["docker", "login", "-u", "operator", "--password-stdin", registry], input="registry-pass-41",
-                   env={"PATH": os.environ["PATH"], "HOME": str(home)}, check=True, capture_output=True, text=True,
+                   env={"PATH": os.environ["PATH"], "HOME": str(home), **engine_env()}, check=True, capture_output=True,
+                   text=True,
                    timeout=60)
     (tmp_path / "stack").mkdir()
     stack = start_stack(tmp_path / "stack", HOME=str(home))

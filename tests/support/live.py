@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.payloads import FIXTURE_REPO, REPO_ROOT, SECRET
+from tests.support.test_engine import engine_env
 
 
 def free_port() -> int:
@@ -45,6 +46,7 @@ class ServiceProcess:
             # Start-up asks the code host for its rate limit: a closed local port, never the internet.
             "CODEHOST_API_URL": "http://127.0.0.1:9",
             "RECONCILE_INTERVAL_MINUTES": "0",  # on where a test asks for it (tests/test_reconcile_e2e.py)
+            **engine_env(),  # the suite's own engine (a test may name another: **env)
             **env,
         }
         for name in drop:

@@ -13,6 +13,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test-engine"
 HOW = "run them through scripts/test, or scripts/test-engine exec pytest … (as root)"
 
 
+ENGINE_VARIABLES = ("DOCKER_HOST", "PO_TEST_NETNS", "PO_TEST_ENGINE_PIDFILE", "PO_TEST_ENGINE_LOG")
+
+
+def engine_env() -> dict[str, str]:
+    """What a process a test starts with an environment of its own (the service, the CLI, `docker login`) needs
+    to reach the suite's engine and not the machine's."""
+    return {name: os.environ[name] for name in ENGINE_VARIABLES if os.environ.get(name)}
+
+
 def engine_problem() -> str | None:
     """Why the engine tests cannot run here, or None: DOCKER_HOST must name the suite's engine and this process
     must be in its network namespace (where the service, nginx and the containers' ports listen)."""
