@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.codehosts.github import GitHub, api_client
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import CodeHostError
 from tests.support.fake_codehost import FakeCodeHost
 
@@ -21,8 +22,8 @@ def fake() -> Iterator[FakeCodeHost]:
 
 
 def client(fake: FakeCodeHost, waits: list[float]) -> GitHub:
-    return GitHub(api_client(fake.url, "secret-token-1", retry_base=0.5, sleep=waits.append), fake.url,
-                  "secret-token-1", "webhook-secret")
+    api = api_client(fake.url, "secret-token-1", retry_base=0.5, sleep=waits.append, metrics=Metrics())
+    return GitHub(api, fake.url, "secret-token-1", "webhook-secret")
 
 
 def test_creates_then_edits_one_comment_with_the_token(fake: FakeCodeHost) -> None:
@@ -90,7 +91,7 @@ def test_a_plain_403_is_not_retried(fake: FakeCodeHost) -> None:
 
 def test_an_unreachable_host_is_an_error_not_a_crash() -> None:
     waits: list[float] = []
-    host = GitHub(api_client("http://127.0.0.1:9", "", retry_base=0.01, sleep=waits.append), "http://127.0.0.1:9",
+    host = GitHub(api_client("http://127.0.0.1:9", "", retry_base=0.01, sleep=waits.append, metrics=Metrics()), "http://127.0.0.1:9",
                   "", "webhook-secret")
     with pytest.raises(CodeHostError):
         host.upsert_comment("acme", "api", 7, None, "x")

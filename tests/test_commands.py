@@ -16,6 +16,7 @@ from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.codehosts.gitlab import GitLab
 from orchestrator.events.commands import command_in
 from orchestrator.http.app import create_app
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import ApiClient
 from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestComment, WebhookRejected
 from tests.support.fake_codehost import FakeCodeHost
@@ -47,7 +48,7 @@ def github_comment(body: bytes) -> Delivery:
 
 
 def test_github_reads_a_new_comment_on_a_pull_request() -> None:
-    host = GitHub(api_client("http://127.0.0.1:9", ""), "http://127.0.0.1:9", "", "s" * 20)
+    host = GitHub(api_client("http://127.0.0.1:9", "", metrics=Metrics()), "http://127.0.0.1:9", "", "s" * 20)
     written = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
     read = host.parse(github_comment(comment_payload(7, "/preview redeploy", "octocat", comment_id=55,
                                                      created_at=written)))
@@ -68,7 +69,7 @@ def test_github_reads_a_new_comment_on_a_pull_request() -> None:
 
 
 def test_gitea_reads_a_comment_on_a_pull_request() -> None:
-    host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}), "http://127.0.0.1:9", "", "s" * 20)
+    host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}, metrics=Metrics()), "http://127.0.0.1:9", "", "s" * 20)
     document = {"action": "created", "is_pull": True, "issue": {"number": 3},
                 "comment": {"id": 8, "body": "/preview extend", "user": {"login": "ana"},
                             "created_at": "2026-11-26T10:00:00Z"},
@@ -83,7 +84,7 @@ def test_gitea_reads_a_comment_on_a_pull_request() -> None:
 
 
 def test_gitlab_reads_a_note_on_a_merge_request() -> None:
-    host = GitLab(ApiClient("http://127.0.0.1:9/api/v4", {}), "http://127.0.0.1:9", "", "s" * 20)
+    host = GitLab(ApiClient("http://127.0.0.1:9/api/v4", {}, metrics=Metrics()), "http://127.0.0.1:9", "", "s" * 20)
     document = {"object_kind": "note", "user": {"username": "dev", "id": 42},
                 "project": {"path_with_namespace": "group/sub/app"},
                 "object_attributes": {"id": 77, "note": "/preview reset-db", "noteable_type": "MergeRequest",
@@ -100,7 +101,7 @@ def test_gitlab_reads_a_note_on_a_merge_request() -> None:
 def test_write_permission_is_asked_of_the_code_host() -> None:
     fake = FakeCodeHost(permissions={"maintainer": "write", "owner": "admin", "reader": "read"}).start()
     try:
-        host = GitHub(api_client(fake.url, "t0ken", retry_base=0.01), fake.url, "t0ken", "s" * 20)
+        host = GitHub(api_client(fake.url, "t0ken", retry_base=0.01, metrics=Metrics()), fake.url, "t0ken", "s" * 20)
         assert [host.can_write("acme", "api", user, None) for user in ("maintainer", "owner", "reader", "nobody")] \
             == [True, True, False, False]
         assert fake.calls[0].path == "/repos/acme/api/collaborators/maintainer/permission"

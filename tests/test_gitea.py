@@ -182,7 +182,7 @@ def fake_gitea() -> Iterator[FakeCodeHost]:
 
 def gitea_host(fake: FakeCodeHost, token: str = "gitea-token-3") -> Gitea:  # noqa: S107 - a test token
     api = ApiClient(f"{fake.url}/api/v1", {"Authorization": f"token {token}"} if token else {}, retry_base=0.01,
-                    sleep=lambda _: None)
+                    sleep=lambda _: None, metrics=Metrics())
     return Gitea(api, fake.url, token, GITEA_SECRET)
 
 
@@ -296,7 +296,7 @@ def test_an_agit_pull_request_counts_as_a_fork_s() -> None:
     data["pull_request"]["head"]["ref"] = "refs/pull/2/head"  # pushed to refs/for/main, no fork
     data["pull_request"]["head"]["label"] = ""
     body = json.dumps(data).encode()
-    host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}), "http://127.0.0.1:9", "", GITEA_SECRET)
+    host = Gitea(ApiClient("http://127.0.0.1:9/api/v1", {}, metrics=Metrics()), "http://127.0.0.1:9", "", GITEA_SECRET)
     event = parse_delivery(host, Delivery({k.lower(): v for k, v in gitea_headers(body).items()}, body),
                            frozenset({GITEA_REPO}))
     assert not isinstance(event, Ignored) and event.from_fork  # gated by ALLOW_FORK_PRS

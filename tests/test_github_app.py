@@ -51,7 +51,7 @@ def fake(keys: tuple[bytes, bytes]) -> Iterator[FakeCodeHost]:
 
 
 def app_host(fake: FakeCodeHost, private: bytes, clock: list[float] | None = None) -> GitHub:
-    api = api_client(fake.url, "", retry_base=0.01, sleep=lambda _: None)
+    api = api_client(fake.url, "", retry_base=0.01, sleep=lambda _: None, metrics=Metrics())
     tokens = AppTokens(APP_ID, private, api, clock=(lambda: clock[0]) if clock else time.time)
     return GitHub(api, fake.url, "", "webhook-secret", tokens)
 

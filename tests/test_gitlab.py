@@ -12,6 +12,7 @@ from falcon import testing
 
 from orchestrator.codehosts.gitlab import GitLab
 from orchestrator.http.app import create_app
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import ApiClient
 from tests.conftest import OwnEnv, SettingsFactory
 from tests.support.fake_codehost import FakeCodeHost
@@ -115,7 +116,7 @@ def fake_gitlab() -> Iterator[FakeCodeHost]:
 
 def test_the_api_notes_once_edits_in_place_and_reports_commit_statuses(fake_gitlab: FakeCodeHost) -> None:
     host = GitLab(ApiClient(f"{fake_gitlab.url}/api/v4", {"PRIVATE-TOKEN": "glpat-1"}, retry_base=0.01,
-                            sleep=lambda _: None), fake_gitlab.url, "glpat-1", GITLAB_SECRET)
+                            sleep=lambda _: None, metrics=Metrics()), fake_gitlab.url, "glpat-1", GITLAB_SECRET)
     first = host.upsert_comment("group/sub", "app", 3, None, "building")
     assert host.upsert_comment("group/sub", "app", 3, first, "ready") == first
     assert host.find_marked_comment("group/sub", "app", 3, "ready") == first
@@ -151,7 +152,7 @@ def test_only_developers_and_more_may_run_commands_on_gitlab(fake_gitlab: FakeCo
     the note author's id; no id, or no member, is no."""
     fake_gitlab.members.update({7: 30, 8: 50, 9: 20})
     host = GitLab(ApiClient(f"{fake_gitlab.url}/api/v4", {"PRIVATE-TOKEN": "glpat-1"}, retry_base=0.01,
-                            sleep=lambda _: None), fake_gitlab.url, "glpat-1", GITLAB_SECRET)
+                            sleep=lambda _: None, metrics=Metrics()), fake_gitlab.url, "glpat-1", GITLAB_SECRET)
     assert host.can_write("group/sub", "app", "dev", 7) and host.can_write("group/sub", "app", "owner", 8)
     assert not host.can_write("group/sub", "app", "reporter", 9)
     assert not host.can_write("group/sub", "app", "stranger", 10)

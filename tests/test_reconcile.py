@@ -100,7 +100,7 @@ def test_paging_asks_only_the_apis_own_host_and_ends() -> None:
                                                                      'rel="next"'})
 
     api = ApiClient("https://api.example.test", {"Authorization": "Bearer secret"},
-                    transport=httpx.MockTransport(proxied))
+                    transport=httpx.MockTransport(proxied), metrics=Metrics())
     assert api.paged("pulls", "/repos/a/b/pulls", {"per_page": 1}) == [{"n": 1}, {"n": 2}]
     assert [(url.host, url.path, url.params.get("page")) for url in asked] == [
         ("api.example.test", "/repos/a/b/pulls", None), ("api.example.test", "/repos/a/b/pulls", "2")]
@@ -113,7 +113,7 @@ def test_paging_asks_only_the_apis_own_host_and_ends() -> None:
         return httpx.Response(200, json=[page], headers={
             "Link": f'<https://api.example.test/repos/a/b/pulls?page={page + 1}>; rel="next"'})
 
-    api = ApiClient("https://api.example.test", {}, transport=httpx.MockTransport(endless))
+    api = ApiClient("https://api.example.test", {}, transport=httpx.MockTransport(endless), metrics=Metrics())
     with pytest.raises(CodeHostError, match=f"more than {MAX_PAGES} pages"):
         api.paged("pulls", "/repos/a/b/pulls", {})
     assert len(calls) == MAX_PAGES
@@ -132,7 +132,7 @@ def test_gitea_lists_open_pull_requests_with_its_wip_titles_as_drafts(fake: Fake
     fake.pulls[("team", "web")][5]["title"] = "WIP: not yet"
     for number in range(6, 60):
         fake.open_pull("team", "web", number, "more", SHA_C, "https://git.example.test/team/web.git")
-    api = ApiClient(f"{fake.url}/api/v1", {}, retry_base=0.01)
+    api = ApiClient(f"{fake.url}/api/v1", {}, retry_base=0.01, metrics=Metrics())
     listed = {change.number: change for change in Gitea(api, fake.url, "tok", "s" * 20).open_pull_requests("team",
                                                                                                        "web")}
     assert sorted(listed) == list(range(4, 60))  # two pages of 50
@@ -167,7 +167,7 @@ def test_gitlab_lists_open_merge_requests_with_their_source_projects() -> None:
                                              "http_url_to_repo": "https://gl.test/someone/app.git"})
         return httpx.Response(404, json={"message": "404 Not found"})
 
-    api = ApiClient("https://gl.test/api/v4", {}, transport=httpx.MockTransport(gitlab))
+    api = ApiClient("https://gl.test/api/v4", {}, transport=httpx.MockTransport(gitlab), metrics=Metrics())
     host = GitLab(api, "https://gl.test", "tok", "s" * 20)
     listed = {change.number: change for change in host.open_pull_requests("group/sub", "app")}
     assert (listed[3].owner, listed[3].name, listed[3].clone_url, listed[3].head_repository, listed[3].labels) == \

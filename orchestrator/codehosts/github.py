@@ -60,12 +60,12 @@ def po_codehost(name: str, settings: Any, metrics: Metrics) -> GitHub | None:
     return GitHub(api, settings.codehost_api_url, token, settings.codehost_webhook_secret.get_secret_value(), app)
 
 
-def api_client(api_url: str, token: str, **options: Any) -> ApiClient:
-    """GitHub's REST API at `api_url` (`ApiClient`'s options: retry_base, sleep, transport, metrics)."""
+def api_client(api_url: str, token: str, *, metrics: Metrics, **options: Any) -> ApiClient:
+    """GitHub's REST API at `api_url` (`ApiClient`'s other options: retry_base, sleep, transport)."""
     headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return ApiClient(api_url, headers, **options)
+    return ApiClient(api_url, headers, metrics=metrics, **options)
 
 
 class GitHub(ApiCodeHost):

@@ -47,10 +47,9 @@ class ApiClient:
     x-ratelimit-reset. Every call is counted in `/metrics` by `kind` and status; the rate limit its answers report
     is kept (`rate_limit`)."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], retry_base: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None,
-                 metrics: Metrics | None = None) -> None:
-        self._metrics = metrics or Metrics()
+    def __init__(self, base_url: str, headers: Mapping[str, str], *, metrics: Metrics, retry_base: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None) -> None:
+        self._metrics = metrics  # the service's (`po_codehost` is given it): every call is counted there
         self._client = httpx.Client(base_url=base_url, headers={"User-Agent": "preview-orchestrator", **headers},
                                     timeout=15.0, transport=transport)
         self._retry_base = retry_base

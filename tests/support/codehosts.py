@@ -9,6 +9,7 @@ from orchestrator.codehosts.gitea import Gitea
 from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.events.gating import Gate
 from orchestrator.events.webhook import parse_delivery
+from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import ApiClient, CodeHost
 from orchestrator.plugin_api.deliveries import Delivery, Ignored
 from orchestrator.rendering.plugin_host import CodeHosts
@@ -19,7 +20,7 @@ NOWHERE = "http://127.0.0.1:9"
 
 
 def github(secret: str = SECRET) -> GitHub:
-    return GitHub(api_client(NOWHERE, ""), NOWHERE, "", secret)
+    return GitHub(api_client(NOWHERE, "", metrics=Metrics()), NOWHERE, "", secret)
 
 
 def parse_github(body: bytes, event: str | None, delivery: str | None, allowed: frozenset[str],
@@ -34,7 +35,7 @@ def parse_github(body: bytes, event: str | None, delivery: str | None, allowed: 
 def clone_credentials(token: str, api_url: str, gitea_url: str | None = None,
                       gitea_token: str = "") -> Callable[[str, str], str | None]:
     """What git asks for a clone URL's credentials, as the service wires it: the code hosts that are on."""
-    hosts: list[CodeHost] = [GitHub(api_client(api_url, token), api_url, token, SECRET)]
+    hosts: list[CodeHost] = [GitHub(api_client(api_url, token, metrics=Metrics()), api_url, token, SECRET)]
     if gitea_url is not None:
-        hosts.append(Gitea(ApiClient(f"{gitea_url}/api/v1", {}), gitea_url, gitea_token, SECRET))
+        hosts.append(Gitea(ApiClient(f"{gitea_url}/api/v1", {}, metrics=Metrics()), gitea_url, gitea_token, SECRET))
     return CodeHosts(hosts).clone_authorization
