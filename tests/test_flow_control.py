@@ -99,8 +99,8 @@ def test_a_process_that_leaves_the_group_does_not_hold_the_flow(tmp_path: Path) 
     """`setsid` escapes the group kill; it keeps the output pipe open, and the command still returns."""
     started = time.monotonic()
     try:
-        output = run(["sh", "-c", "setsid sleep 410 & echo started"], cwd=None, env=ENV, timeout=30, log=None)
+        output = run(["sh", "-c", f"setsid sleep 410.{TAG} & echo started"], cwd=None, env=ENV, timeout=30, log=None)
         assert "started" in output
         assert time.monotonic() - started < 10
     finally:
-        subprocess.run(["pkill", "-x", "-f", "sleep 410"], timeout=10)
+        subprocess.run(["pkill", "-x", "-f", f"sleep 410.{TAG}"], timeout=10)  # this run's, never another's
