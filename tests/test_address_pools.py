@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.cli.address_pools import DOCKER_DEFAULT_POOLS, capacity, configured_pools
 from orchestrator.cli.doctor import _networks
+from orchestrator.common.host_env import HostEnv
 from tests.conftest import SettingsFactory
 from tests.support.standins import require_engine
 

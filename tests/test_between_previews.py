@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import APP_HEADER_RULE, Proxy, Routing
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import mirror_name, repository_identity
 from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
 from orchestrator.events.inbox import Inbox

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError, parse_preview_config
 from orchestrator.rendering.compose_allowlist import ALLOWED_ULIMITS
 from orchestrator.rendering.compose_document import LOG_OPTIONS, PIDS_LIMIT

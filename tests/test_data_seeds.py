@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from databases import postgres
-from orchestrator.adapters.commands import CommandFailed
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import CommandFailed
+from orchestrator.common.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError, KnownNames, parse_preview_config
 from orchestrator.plugin_api.types import DataSeed
 from orchestrator.rendering.compose_file import make_context

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from databases import postgres
-from orchestrator.adapters.commands import run
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import run
+from orchestrator.common.host_env import HostEnv
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import make_context, render_deployment
 from orchestrator.rendering.plugin_host import PluginHost

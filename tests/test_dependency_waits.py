@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.adapters.commands import DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api import RuntimeFailure
 from orchestrator.runtime.compose import ComposeRuntime

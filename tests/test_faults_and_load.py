@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.leftovers import marked_processes
+from orchestrator.common.host_env import HostEnv
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.nginx import Nginx

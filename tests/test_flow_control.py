@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import CHILD_MARKER, HostEnv
 from orchestrator.adapters.leftovers import marked_processes, stop_marked_processes
+from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowAborted, FlowControl
+from orchestrator.common.host_env import CHILD_MARKER, HostEnv
 from tests.support.live import wait_until
 
 ENV = {"PATH": "/usr/bin:/bin"}

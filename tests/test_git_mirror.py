@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from orchestrator.adapters.commands import DeploymentLog
 from orchestrator.adapters.git import Git
 from orchestrator.adapters.git_mirror import Mirrors
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import DeploymentLog
+from orchestrator.common.host_env import HostEnv
 from tests.support.codehosts import clone_credentials
 from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.git import CloneRefused, Git
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.codehosts.github import token_applies
+from orchestrator.common.commands import CommandFailed, DeploymentLog
+from orchestrator.common.host_env import HostEnv
 from tests.support.codehosts import clone_credentials
 from tests.support.git_repos import git, make_pr_repo
 

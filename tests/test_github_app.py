@@ -14,11 +14,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
 from orchestrator.adapters.git import Git
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.codehosts.github_app import REFRESH_MARGIN, AppTokens
+from orchestrator.common.commands import CommandFailed, DeploymentLog
+from orchestrator.common.host_env import HostEnv
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.codehost import CodeHostError
 from orchestrator.rendering.plugin_host import CodeHosts, build_plugin_host

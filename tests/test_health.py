@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.adapters.commands import DeploymentLog
 from orchestrator.adapters.health import wait_healthy
+from orchestrator.common.commands import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
 
 

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from orchestrator.adapters.build_commands import BUILD_ROLE
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.leftovers import marked_processes
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import ROLE_LABEL
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 from falcon import testing
 
-from orchestrator.adapters.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.cli.service_client import previews_table
 from orchestrator.codehosts.github import GitHub, api_client
+from orchestrator.common.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
 from orchestrator.settings import Settings

@@ -20,10 +20,10 @@ import pytest
 from falcon import testing
 from pydantic import SecretStr
 
-from orchestrator.adapters.commands import DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import USERS_FILE, Proxy, ProxyError, Routing
+from orchestrator.common.commands import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.preview_tokens import check_preview_token, sign_preview_token
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.http.app import create_app

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import FlagUnseen, Proxy, ProxyError
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 

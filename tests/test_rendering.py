@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.rendering.checkout_config import load_checkout_config

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from selenium.webdriver.support.wait import WebDriverWait
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy, ProxyError, Routing
 from orchestrator.adapters.nginx_site import includes_routes, includes_servers, site_text
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import preview_host_label
 from orchestrator.settings import SettingsError, load_settings
 from tests.support.browser import chromium, open_page, page_summary

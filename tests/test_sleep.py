@@ -18,9 +18,9 @@ import httpx
 import pytest
 import uvicorn
 
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.preview_tokens import wake_key
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.sleep import is_idle, last_request

@@ -386,8 +386,8 @@ def test_a_runtime_without_app_address_is_proxied_on_this_host() -> None:
 
 
 def test_the_route_proxies_to_the_host_the_runtime_names(tmp_path: Path) -> None:
-    from orchestrator.adapters.host_env import HostEnv
     from orchestrator.adapters.nginx import Proxy
+    from orchestrator.common.host_env import HostEnv
 
     proxy = Proxy(tmp_path, "true", "true", HostEnv.for_state_dir(tmp_path))
     assert "proxy_pass http://127.0.0.1:8003/;" in proxy.route("acme-api", 3, DEP, 8003, subject=subject_of(DEP))
@@ -399,8 +399,8 @@ def test_a_swarm_route_hands_the_update_gap_to_the_service(tmp_path: Path) -> No
     """Stop-first updates leave a moment when nothing answers on the app's port: the route sends nginx's 502/504
     to the service (which says "being updated" while the deploy runs); nothing is logged for sleep, which a
     swarm preview never does."""
-    from orchestrator.adapters.host_env import HostEnv
     from orchestrator.adapters.nginx import Proxy, Routing
+    from orchestrator.common.host_env import HostEnv
     from orchestrator.runtime.swarm import SwarmRuntime
 
     assert SwarmRuntime.updates_leave_gap and not Runtime.updates_leave_gap

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 
 BuildCommandsMode = Literal["container", "host", "off"]

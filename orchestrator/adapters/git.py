@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
 from orchestrator.adapters.git_mirror import Mirrors
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 
 # Overrides on every git command: no hook, no fsmonitor daemon, no helper program runs.
 HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "credential.helper=",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from orchestrator.adapters.commands import CommandFailed
+from orchestrator.common.commands import CommandFailed
 
 log = logging.getLogger("orchestrator.adapters.git_mirror")
 GitCall = Callable[[list[str], Path | None], str]  # argv after `git`, and the working directory

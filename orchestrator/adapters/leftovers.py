@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from orchestrator.adapters.host_env import CHILD_MARKER
+from orchestrator.common.host_env import CHILD_MARKER
 
 log = logging.getLogger("orchestrator.adapters.leftovers")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.adapters.commands import CommandFailed, run
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.common.checkout_paths import write_new
+from orchestrator.common.commands import CommandFailed, run
+from orchestrator.common.host_env import HostEnv
 from orchestrator.settings import Settings
 
 OURS = "# Written by preview-orchestrator setup-nginx."

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from orchestrator.adapters.commands import CommandFailed, run
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx_site import (
     NAMES_BUCKET_SIZE,
     SERVERS_DIR,
@@ -26,6 +24,8 @@ from orchestrator.adapters.nginx_site import (
     names_bucket_size,
 )
 from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools, local_dockerd_args, read_daemon_json
+from orchestrator.common.commands import CommandFailed, run
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely

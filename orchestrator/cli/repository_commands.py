@@ -44,7 +44,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def render(args: argparse.Namespace) -> int:
-    from orchestrator.adapters.host_env import HostEnv
+    from orchestrator.common.host_env import HostEnv
     from orchestrator.plugin_api.preview_config import ConfigError
     from orchestrator.rendering.checkout_config import load_checkout_config
     from orchestrator.rendering.compose_file import make_context, render_deployment

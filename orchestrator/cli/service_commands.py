@@ -45,8 +45,8 @@ def checks_pass(settings: Settings, plugins: PluginHost | None = None) -> bool:
     """Start-up runs doctor's checks: hard failures stop it (with doctor's lines), soft ones are warnings."""
     import logging
 
-    from orchestrator.adapters.host_env import HostEnv
     from orchestrator.cli import doctor
+    from orchestrator.common.host_env import HostEnv
 
     checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir), plugins)
     failed = doctor.hard_failures(checks)
@@ -75,8 +75,8 @@ def next_steps(settings: Settings, secret_file: Path | None, service_url: str,
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from orchestrator.adapters.host_env import HostEnv
     from orchestrator.cli import doctor
+    from orchestrator.common.host_env import HostEnv
 
     settings, _ = service_settings_or_exit()
     checks = doctor.run_checks(settings, HostEnv.for_state_dir(settings.state_dir))
@@ -114,8 +114,8 @@ def seeds(args: argparse.Namespace) -> int:
 
 
 def setup_nginx(args: argparse.Namespace) -> int:
-    from orchestrator.adapters.host_env import HostEnv
     from orchestrator.adapters.nginx_site import ensure_site
+    from orchestrator.common.host_env import HostEnv
 
     settings, _ = service_settings_or_exit()
     result = ensure_site(settings, HostEnv.for_state_dir(settings.state_dir), webhook_paths(settings))

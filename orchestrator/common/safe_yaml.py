@@ -1,4 +1,5 @@
-"""Loading YAML that a pull request wrote: safe tags only, a size cap, and a bound on alias expansion."""
+"""Loading YAML that a pull request wrote (safe tags only, a size cap, a bound on alias expansion), and writing the
+compose files the service runs."""
 
 from __future__ import annotations
 
@@ -63,3 +64,8 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
                 break
     memo[key] = size
     return size
+
+
+def dump_compose(compose: dict[str, Any]) -> str:
+    """A compose (or stack) document as the service writes it: keys in order, block style, no wrapped lines."""
+    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False, width=4096)

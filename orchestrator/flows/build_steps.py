@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommandError
-from orchestrator.adapters.commands import CommandFailed
 from orchestrator.adapters.git import CloneRefused
 from orchestrator.adapters.health import AppStopped, wait_healthy
 from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, remove_tree
+from orchestrator.common.commands import CommandFailed
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import mirror_name
 from orchestrator.flows.context import FlowContext, StepFailed, Target

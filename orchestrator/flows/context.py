@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.adapters.build_commands import BuildCommands
-from orchestrator.adapters.commands import DeploymentLog, deployment_log_path
 from orchestrator.adapters.git import Git
 from orchestrator.adapters.git_mirror import Mirrors
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx import Proxy
+from orchestrator.common.commands import DeploymentLog, deployment_log_path
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.adapters.commands import CommandFailed
 from orchestrator.common.checkout_paths import inside
+from orchestrator.common.commands import CommandFailed
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import CODEHOST, branch_problem
 from orchestrator.common.path_glob import matching

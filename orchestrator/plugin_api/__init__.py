@@ -6,11 +6,15 @@ Read hookspecs.py (every hook, what it is given and what it answers) and one bui
 is a short one). Names here stay stable; the modules behind them may move.
 """
 
+from orchestrator.common.commands import CommandFailed
+from orchestrator.common.commands import run as run_command
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowAborted, FlowControl
-from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.common.host_env import HostEnv
+from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 from orchestrator.common.naming import SHA_PATTERN, branch_problem
 from orchestrator.common.problems import describe_problems
+from orchestrator.common.safe_yaml import dump_compose
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
@@ -49,6 +53,7 @@ from orchestrator.plugin_api.types import (
     ServiceWiring,
     database_app_env,
 )
+from orchestrator.settings import Settings
 from orchestrator.state.records import HANDLED_ACTIONS, MAX_PR_NUMBER, PullRequestAction
 
 __all__ = [
@@ -60,6 +65,15 @@ __all__ = [
     "MAX_PR_NUMBER",
     "PullRequestAction",
     "DEPLOYMENT_LABEL",
+    "OWNER_LABEL",
+    "ROLE_LABEL",
+    # What a runtime needs to run programs as the built-in ones do (orchestrator/runtime/): docker's environment,
+    # the command runner and its failure, the deployment's log, flow control, the compose file's YAML.
+    "CommandFailed",
+    "HostEnv",
+    "Settings",
+    "dump_compose",
+    "run_command",
     "ApiClient",
     "ApiCodeHost",
     "Check",

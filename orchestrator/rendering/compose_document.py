@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.common.safe_yaml import dump_compose
 from orchestrator.plugin_api.types import DatabaseSeed, RenderContext
 
 GENERATED_COMPOSE = "compose.preview.yml"
@@ -70,10 +69,6 @@ def build_dir(repo_dir: Path) -> Path:
     """Where a deploy writes `build_files`: beside the work directory (as its git directory is), never in it, so no
     file or link of the pull request's is written through or read back."""
     return repo_dir.with_name(f"{repo_dir.name}.build")
-
-
-def dump_compose(compose: dict[str, Any]) -> str:
-    return yaml.safe_dump(compose, sort_keys=False, default_flow_style=False, width=4096)
 
 
 def apply_common(compose: dict[str, Any], context: RenderContext) -> None:

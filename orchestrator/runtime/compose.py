@@ -13,22 +13,27 @@ from typing import Any
 
 import yaml
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import OWNER_LABEL
-from orchestrator.plugin_api import DatabaseSeed, DataSeed, Runtime, RuntimeFailure, RuntimeSpec, hookimpl
-from orchestrator.plugin_api.checks import Check
+from orchestrator.plugin_api import (
+    OWNER_LABEL,
+    Check,
+    CommandFailed,
+    DatabaseSeed,
+    DataSeed,
+    DeploymentLog,
+    FlowControl,
+    HostEnv,
+    Runtime,
+    RuntimeFailure,
+    RuntimeSpec,
+    Settings,
+    hookimpl,
+)
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
-from orchestrator.runtime.database_seeds import (
-    DatabaseSeeds,
-    layer_volume,
-)
+from orchestrator.runtime.database_seeds import DatabaseSeeds, layer_volume
 from orchestrator.runtime.failures import failure
 from orchestrator.runtime.written_compose import compose_services, database_volumes, prebuilt_services
-from orchestrator.settings import Settings
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
@@ -111,14 +116,7 @@ class ComposeRuntime(Runtime):
 
     def checks(self) -> list[Check]:
         """doctor's line of the repositories' seeds this runtime keeps (Runtime's `checks`)."""
-        if self.data_seeds is None:
-            return []
-        seeds = self.data_seeds.listed()
-        size = sum(seed.size_bytes for seed in seeds)
-        return [Check("database seeds", True, f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, "
-                                              f"{size / 2**30:.2f} GB of SEED_CACHE_GB "
-                                              f"{self.data_seeds.cache_bytes / 2**30:.0f} GB "
-                                              "(preview-orchestrator seeds)")]
+        return [] if self.data_seeds is None else [self.data_seeds.check()]
 
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:

@@ -12,10 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
+from orchestrator.plugin_api import (
+    DEPLOYMENT_LABEL,
+    OWNER_LABEL,
+    ROLE_LABEL,
+    CommandFailed,
+    DeploymentLog,
+    FlowControl,
+    HostEnv,
+    run_command,
+)
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BUILT_IMAGES
 
@@ -35,8 +41,8 @@ class Compose:
         if compose_file is not None:
             argv += ["--file", str(compose_file)]
         # No service variable reaches compose: `${CODEHOST_TOKEN}` in a pull request's compose file is empty.
-        return run([*argv, *args], cwd=cwd, env=self._env.docker(), timeout=timeout or self._timeout, log=log,
-                   control=control)
+        return run_command([*argv, *args], cwd=cwd, env=self._env.docker(), timeout=timeout or self._timeout,
+                           log=log, control=control)
 
     def normalized(self, compose_file: Path, project: str) -> dict[str, Any]:
         """The file as compose will run it (`docker compose config`: interpolated in the same clean environment,
@@ -103,8 +109,8 @@ class DockerResources:
 
     def _docker(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
                 control: FlowControl | None = None, stdin: bytes | None = None) -> str:
-        return run(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log, control=control,
-                   stdin=stdin)
+        return run_command(["docker", *argv], cwd=None, env=self._env.docker(), timeout=timeout, log=log,
+                           control=control, stdin=stdin)
 
     def command(self, argv: list[str], log: DeploymentLog | None = None, timeout: float = 60,
                 control: FlowControl | None = None, stdin: bytes | None = None) -> str:

@@ -12,9 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.common.flow_control import FlowAborted, FlowControl
-from orchestrator.plugin_api import DatabaseSeed, DataSeed, RuntimeFailure
+from orchestrator.plugin_api import (
+    CommandFailed,
+    DatabaseSeed,
+    DataSeed,
+    DeploymentLog,
+    FlowAborted,
+    FlowControl,
+    RuntimeFailure,
+)
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds

@@ -23,10 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import OWNER_LABEL
+from orchestrator.plugin_api import OWNER_LABEL, Check, CommandFailed, DeploymentLog, FlowControl, HostEnv
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_INPUT, DatabaseSeed, DataSeed
 from orchestrator.runtime.compose_cli import DockerResources
@@ -222,6 +219,14 @@ class DataSeeds:
 
     def listed(self) -> list[SeedInfo]:
         return listed_seeds(self._dir.parent.parent)
+
+    def check(self) -> Check:
+        """doctor's line of the seeds kept and their bound."""
+        seeds = self.listed()
+        size = sum(seed.size_bytes for seed in seeds)
+        kept = f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, {size / 2**30:.2f} GB"
+        return Check("database seeds", True, f"{kept} of SEED_CACHE_GB {self.cache_bytes / 2**30:.0f} GB "
+                                             "(preview-orchestrator seeds)")
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used seeds beyond SEED_CACHE_GB, and any unused for CLEANUP_TTL_DAYS; never

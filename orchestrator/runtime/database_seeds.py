@@ -25,10 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.plugin_api import DEPLOYMENT_LABEL, OWNER_LABEL, CommandFailed, DeploymentLog, FlowControl, HostEnv
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from orchestrator.adapters.commands import CommandFailed
-from orchestrator.plugin_api import ConfigError, RuntimeFailure
+from orchestrator.plugin_api import CommandFailed, ConfigError, RuntimeFailure
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Callable
 
-from orchestrator.adapters.commands import CommandFailed
+from orchestrator.plugin_api import CommandFailed
 
 READY_PAUSE = 0.2
 # A restore is the service's work for one repository: more than a preview's half core, still bounded.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.adapters.host_env import HostEnv
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx.activity import ActivityFiles
 from orchestrator.adapters.nginx.errors import ProxyError
 from orchestrator.adapters.nginx.flags import RouteFlags
@@ -21,7 +19,9 @@ from orchestrator.adapters.nginx.route import Routing, route_text
 from orchestrator.adapters.nginx.served import SERVED_TIMEOUT, Probe, wait_served
 from orchestrator.adapters.nginx.users import USERS_FILE, UsersFile
 from orchestrator.adapters.nginx_site import SERVERS_DIR
+from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import preview_host_label
 from orchestrator.common.preview_tokens import TOKEN_PARAMETER, sign_preview_token, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create

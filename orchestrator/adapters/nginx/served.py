@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.adapters.commands import DeploymentLog
 from orchestrator.adapters.nginx.errors import FlagUnseen, ProxyError
+from orchestrator.common.commands import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
 
 SERVED_HEADER = "X-Preview-Deployment"

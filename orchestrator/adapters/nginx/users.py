@@ -9,11 +9,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from orchestrator.adapters.commands import CommandFailed, run
-from orchestrator.adapters.host_env import HostEnv
 from orchestrator.adapters.nginx.errors import ProxyError
 from orchestrator.adapters.nginx.route import Routing
 from orchestrator.adapters.nginx_site import dump_command
+from orchestrator.common.commands import CommandFailed, run
+from orchestrator.common.host_env import HostEnv
 from orchestrator.settings import protection_users
 
 USERS_FILE = ".preview-users.htpasswd"  # PREVIEW_PROTECTION_USERS, hashed; a dot file no `include` matches

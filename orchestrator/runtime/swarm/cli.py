@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, FlowControl, HostEnv, run_command
 
 STACK_LABEL = "com.docker.stack.namespace"
 _EXIT = re.compile(r"non-zero exit \((\d+)\)")
@@ -69,7 +67,7 @@ class SwarmCli:
         env = self._env.docker()
         if self._client_config is not None:
             env["DOCKER_CONFIG"] = str(self._client_config)
-        return run(["docker", *where, *argv], cwd=None, env=env, timeout=timeout, log=log, control=control)
+        return run_command(["docker", *where, *argv], cwd=None, env=env, timeout=timeout, log=log, control=control)
 
     # The swarm, as its manager sees it ---------------------------------------------------------------------
 

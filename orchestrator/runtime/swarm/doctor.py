@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.adapters.commands import CommandFailed
+from orchestrator.plugin_api import CommandFailed
 from orchestrator.plugin_api.checks import Check, run_safely
 from orchestrator.runtime.swarm.cli import SwarmCli
 from orchestrator.runtime.swarm.gc import last_run

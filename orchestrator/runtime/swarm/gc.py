@@ -22,9 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog, run
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, FlowControl, HostEnv, run_command
 
 GC_FILE = "registry-gc.json"
 GC_TIMEOUT = 3600.0
@@ -91,7 +89,7 @@ def collect(argv: list[str], state_dir: Path, gate: PushGate, env: HostEnv) -> G
     with gate.collecting():
         started = time.monotonic()
         try:
-            run(argv, cwd=None, env=env.docker(), timeout=GC_TIMEOUT, log=None)
+            run_command(argv, cwd=None, env=env.docker(), timeout=GC_TIMEOUT, log=None)
             result = GcRun(at=datetime.now(UTC), ok=True, seconds=time.monotonic() - started)
         except CommandFailed as exc:  # also a command that is not there
             result = GcRun(at=datetime.now(UTC), ok=False, seconds=time.monotonic() - started,

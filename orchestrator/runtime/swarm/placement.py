@@ -4,8 +4,7 @@ preview whose node is gone moves to another on its next deploy, and FORMER_LABEL
 
 from __future__ import annotations
 
-from orchestrator.adapters.commands import DeploymentLog
-from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.plugin_api import DeploymentLog, RuntimeFailure
 from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm.stack import FORMER_LABEL, NODE_LABEL
 from orchestrator.runtime.swarm.tasks import node_lost

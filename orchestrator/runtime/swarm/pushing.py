@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.common.flow_control import FlowControl
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, FlowControl
 from orchestrator.runtime.compose_cli import Compose
 from orchestrator.runtime.swarm.cli import SwarmCli
 from orchestrator.runtime.swarm.gc import PushGate

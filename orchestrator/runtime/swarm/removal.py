@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
-from orchestrator.adapters.commands import CommandFailed
-from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api import DEPLOYMENT_LABEL, CommandFailed
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.runtime.swarm.cli import STACK_LABEL, SwarmCli, SwarmNode
 from orchestrator.runtime.swarm.registry import Registry, RegistryError

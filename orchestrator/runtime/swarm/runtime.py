@@ -15,19 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.commands import CommandFailed, DeploymentLog
-from orchestrator.adapters.host_env import HostEnv
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.common.labels import OWNER_LABEL
 from orchestrator.plugin_api import (
+    OWNER_LABEL,
     Check,
+    CommandFailed,
+    DeploymentLog,
+    FlowControl,
+    HostEnv,
     Runtime,
     RuntimeFailure,
     RuntimeSpec,
+    Settings,
+    dump_compose,
     hookimpl,
     read_own_settings,
 )
-from orchestrator.rendering.compose_document import dump_compose
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 from orchestrator.runtime.failures import failure
 from orchestrator.runtime.swarm.cli import SwarmCli
@@ -49,7 +51,6 @@ from orchestrator.runtime.swarm.tasks import (
     task_sources,
 )
 from orchestrator.runtime.swarm.waves import StackPlan
-from orchestrator.settings import Settings
 
 NAME = "swarm"
 WATCHED = ("app", "db")

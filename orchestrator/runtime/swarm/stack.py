@@ -24,7 +24,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.plugin_api import DEPLOYMENT_LABEL
 from orchestrator.runtime.swarm.registry import same_registry
 from orchestrator.runtime.swarm.waves import StackPlan, start_waves
 

@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from orchestrator.common.flow_control import FlowControl
-from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.plugin_api import FlowControl, RuntimeFailure
 from orchestrator.runtime.swarm.cli import SwarmCli, SwarmNode, Task
 
 WAVE_TIMEOUT = 300.0  # a dependency's health checks have this long to pass
