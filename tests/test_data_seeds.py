@@ -519,6 +519,26 @@ def test_a_snapshot_folder_serves_only_the_repository_it_names(tmp_path: Path) -
     assert isinstance(seed_step(tmp_path, {"snapshot": "nightly.sql"}, codehost="gitlab"), DataSeed)
 
 
+def test_the_record_keeps_the_head_repository_of_the_last_event_only(tmp_path: Path) -> None:
+    """An event naming no head repository (a deleted fork, an AGit pull request) leaves the record's unknown: the
+    events made from it later are refused the operator's snapshots, never let through on an older value."""
+    from orchestrator.flows.records import begin
+    from orchestrator.state.records import PullRequestEvent
+    from orchestrator.state.store import DeploymentStore
+
+    store = DeploymentStore(tmp_path / "deployments.json")
+
+    def deploy(head: str | None) -> str | None:
+        event = PullRequestEvent(delivery_id=f"d-{head}", action="synchronize", deployment_id=f"{SLUG}-4",
+                                 project_slug=SLUG, repo_owner="Codertocat", repo_name="Hello-World", pr_number=4,
+                                 received_at=datetime.now(UTC), head_repo_full_name=head)
+        record = begin(store, event, None, "http://x/", 10, "limit", set)
+        return event_for_record(record, "command", "reset").head_repo_full_name
+
+    assert deploy("Codertocat/Hello-World") == "Codertocat/Hello-World"
+    assert deploy(None) is None
+
+
 def test_a_seed_container_is_awaited_until_ready_stopped_or_out_of_time() -> None:
     from orchestrator.runtime.seed_containers import await_ready
 

@@ -72,8 +72,10 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
             url=url,
             commentId=comment_id if comment_id is not None else (previous.commentId if previous else None),
             cloneUrl=event.clone_url, error=None, source=event.source, codehost=event.codehost,
-            # what an event the service makes from the record (reset-db, redeploy) says of the head repository
-            headRepository=event.head_repo_full_name or (previous.headRepository if previous else None),
+            # What an event the service makes from the record (reset-db, redeploy) says of the head repository.
+            # The event's own, never an older one: an event that names none leaves it unknown (no snapshot), so a
+            # same-repository value can never outlive a change that did not say where its head is.
+            headRepository=event.head_repo_full_name,
             # a new preview's secrets are keyed by its repository; an older one's stay as its volume has them
             secretsScope=previous.secretsScope if previous else "repository",
         )
