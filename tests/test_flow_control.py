@@ -43,6 +43,35 @@ def test_children_left_behind_by_a_command_that_exits_are_killed(tmp_path: Path)
     wait_until(lambda: not running(f"sleep 403.{TAG}"), timeout=5, message="background child gone")
 
 
+# A daemon's start as nginx does it: fork, the parent exits at once, the child calls setsid a moment later and
+# then writes its pid file. The moment is stretched here so that the group kill, if any, lands inside it.
+DAEMON = """import os, sys, time
+if os.fork():
+    sys.exit(0)
+time.sleep(0.5)
+os.setsid()
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("daemon", [False, True])
+def test_a_daemon_that_detaches_after_its_parent_exits_survives_only_when_asked(tmp_path: Path,
+                                                                                daemon: bool) -> None:
+    pid_file = tmp_path / "pid"
+    run([sys.executable, "-c", DAEMON, str(pid_file)], cwd=None, env=ENV, timeout=10, log=None, daemon=daemon)
+    time.sleep(1.5)
+    if not daemon:  # the default: the child is killed with the group before its setsid
+        assert not pid_file.exists()
+        return
+    wait_until(pid_file.exists, timeout=5, message="the daemon wrote its pid file")
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)  # still running
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_cancellation_stops_a_running_command_at_once(tmp_path: Path) -> None:
     control = FlowControl(timeout=600)
     threading.Timer(0.5, control.cancel, args=("the pull request was closed",)).start()

@@ -157,7 +157,7 @@ def _reload_or_start(settings: Settings, env: HostEnv) -> str:
     except CommandFailed:
         # Not running (a fresh machine without an init system): start it with the test command's options.
         start = [arg for arg in shlex.split(settings.proxy_test_command) if arg not in ("-t", "-q")]
-        run(start, cwd=None, env=env.tools(), timeout=60, log=None)
+        run(start, cwd=None, env=env.tools(), timeout=60, log=None, daemon=True)
         return "started"
 
 

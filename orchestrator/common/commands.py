@@ -46,6 +46,7 @@ def run(
     control: FlowControl | None = None,
     user: tuple[int, int] | None = None,
     stdin: bytes | None = None,
+    daemon: bool = False,
 ) -> str:
     """Run `argv`; return its combined output or raise CommandFailed (FlowAborted when `control` stops the
     flow). `shown` replaces argv in the log. `user` is a (uid, gid) to run as, without supplementary groups.
@@ -53,12 +54,15 @@ def run(
     nothing.
 
     The command runs in a session of its own, and the whole session's process group is killed when it
-    times out, is aborted, or exits leaving children behind, so nothing it started outlives it."""
+    times out, is aborted, or exits leaving children behind, so nothing it started outlives it. `daemon`: the
+    command starts a daemon that detaches (forks, the parent exits, the child calls setsid, as nginx does); its
+    group is then killed only on a timeout or abort, since a kill after the parent's exit can reach the child
+    before its setsid."""
     started = time.monotonic()
     if log:
         log.note("$ " + " ".join(shown or argv))
     try:
-        returncode, output = _run_streaming(argv, cwd, env, timeout, log, control, user, stdin)
+        returncode, output = _run_streaming(argv, cwd, env, timeout, log, control, user, stdin, daemon)
     except subprocess.TimeoutExpired as exc:
         output = (exc.output or b"").decode("utf-8", "replace")
         if log:
@@ -83,7 +87,7 @@ def run(
 
 def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str], timeout: float,
                    log: DeploymentLog | None, control: FlowControl | None,
-                   user: tuple[int, int] | None, stdin: bytes | None = None) -> tuple[int, str]:
+                   user: tuple[int, int] | None, stdin: bytes | None, daemon: bool) -> tuple[int, str]:
     """Run to the end, appending output to `log` as it arrives (so `logs?follow=true` shows a build live)."""
     if control is not None:
         control.check()
@@ -109,10 +113,12 @@ def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str]
     reader = threading.Thread(target=pump, name="command-output", daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
+    exited = False
     try:
         while True:
             try:
                 returncode = process.wait(timeout=min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
+                exited = True
                 break
             except subprocess.TimeoutExpired as exc:
                 abort = control.aborted() if control is not None else None
@@ -123,7 +129,8 @@ def _run_streaming(argv: Sequence[str], cwd: Path | None, env: Mapping[str, str]
                     raise
     finally:
         # The whole session: a build command's `sleep &` or compose's children go with it.
-        kill_group(process.pid)
+        if not (daemon and exited):
+            kill_group(process.pid)
         if process.poll() is None:
             process.wait()
         reader.join(5)
