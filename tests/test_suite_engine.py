@@ -4,6 +4,7 @@ network namespace with that engine's DOCKER_HOST (issue 30)."""
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,36 @@ def test_a_docker_test_run_against_the_default_engine_fails_without_touching_it(
     assert result.returncode == 1, result.stdout[-2000:]
     assert "never the machine's" in result.stdout
     assert not (tmp_path / "ran").exists()
+
+
+def engine_of(**variables: str) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", **variables}
+    printed = subprocess.run([str(REPO_ROOT / "scripts" / "test-engine"), "env"], capture_output=True, text=True,
+                             timeout=30, env=env, check=True).stdout
+    return dict(line.split("=", 1) for line in printed.splitlines())
+
+
+def test_each_run_name_has_an_engine_of_its_own_and_the_checkout_one_of_its_own() -> None:
+    """Two runs side by side (tox's environments) share nothing of an engine: socket, namespace, data root."""
+    checkout, fw_go, db_mysql = engine_of(), engine_of(PO_TEST_RUN="fw-go"), engine_of(PO_TEST_RUN="db-mysql")
+    for name in ("DOCKER_HOST", "PO_TEST_NETNS", "PO_TEST_ENGINE_PIDFILE", "PO_TEST_ENGINE_LOG"):
+        assert len({checkout[name], fw_go[name], db_mysql[name]}) == 3, name
+    assert engine_of(PO_TEST_RUN="fw-go") == fw_go  # the same run name finds its engine again
+    assert engine_of(PO_TEST_RUN="fw-go", PO_TEST_ENGINE="abc") == engine_of(PO_TEST_ENGINE="abc")
+
+
+def test_a_run_name_that_could_reach_a_path_or_a_command_is_refused() -> None:
+    result = subprocess.run([str(REPO_ROOT / "scripts" / "test-engine"), "env"], capture_output=True, text=True,
+                            timeout=30, env={"PATH": "/usr/bin:/bin", "PO_TEST_RUN": "../x y"})
+    assert result.returncode == 1 and "PO_TEST_RUN must be" in result.stderr and not result.stdout
+
+
+def test_every_tox_environment_that_deploys_prepares_and_uses_an_engine_of_its_own() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(REPO_ROOT / "tox.ini")
+    assert "PO_TEST_RUN = {envname}" in tox["testenv"]["set_env"]
+    engine_envs = [name for name in tox.sections() if "scripts/test-engine exec" in tox[name].get("commands", "")]
+    assert len(engine_envs) >= 4, engine_envs  # fw-*, db-*, e2e, bench
+    for name in engine_envs:
+        assert "{toxinidir}/scripts/prepare-test-host" in tox[name]["commands_pre"], name
+        assert "set_env" not in tox[name] or "PO_TEST_RUN" not in tox[name]["set_env"], name
