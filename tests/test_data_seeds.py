@@ -539,6 +539,55 @@ def test_the_record_keeps_the_head_repository_of_the_last_event_only(tmp_path: P
     assert deploy(None) is None
 
 
+@pytest.mark.parametrize(("head", "seed"), [(None, {"snapshot": "nightly.sql"}),
+                                          ("mallory/Hello-World", {"snapshot": "nightly.sql"}),
+                                          ("Codertocat/Hello-World", {"snapshot": "nightly.sql"}),
+                                          (None, {"file": "seeds/demo.sql"})])
+def test_reset_db_leaves_the_data_alone_when_the_deploy_after_it_would_refuse_the_seed(
+        host: PluginHost, tmp_path: Path, head: str | None, seed: dict[str, str]) -> None:
+    """A snapshot the preview may not have (a fork's, or a head unknown to the record) would fail the deploy
+    that follows the reset: the volume is never removed for that; other seeds reset as before."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from orchestrator.common.deployment_log import DeploymentLog
+    from orchestrator.common.flow_control import FlowControl
+    from orchestrator.flows.commands import CommandFlow
+    from orchestrator.flows.context import Target
+    from orchestrator.flows.handler import FlowError
+    from orchestrator.rendering.compose_document import GENERATED_COMPOSE
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "preview-config.yml").write_text(yaml.safe_dump({**BASE, "seed": seed}))
+    (work / GENERATED_COMPOSE).write_text("services: {}\n")
+    resets: list[str] = []
+    deploys: list[str | None] = []
+    runtime = SimpleNamespace(name="compose", can_reset_database=True,
+                              reset_database=lambda deployment_id, compose, log: resets.append(deployment_id))
+    context = SimpleNamespace(plugins=host, runtime=runtime, codehosts={}, target=lambda slug, pr, ident: Target(
+        ident, slug, pr, work, tmp_path / "git", DeploymentLog(tmp_path / "log")))
+    deploy = SimpleNamespace(run=lambda event, existing, control: deploys.append(event.head_repo_full_name))
+    flow = CommandFlow(context, None, deploy, None)  # type: ignore[arg-type]
+    record = DeploymentRecord(
+        prNumber=4, repoName="Hello-World", repoOwner="Codertocat", projectSlug=SLUG, deploymentId=f"{SLUG}-4",
+        branch="b", commitSha="a" * 40, framework="go", dbType="postgres", appPort=8080, exposedAppPort=8004,
+        exposedDbPort=9004, status="running", createdAt=datetime.now(UTC), updatedAt=datetime.now(UTC),
+        url="http://x/", headRepository=head)
+    asked = event_for_record(record, "command", "operator-reset-db-1").model_copy(
+        update={"command": "reset-db", "trigger": "operator", "command_author": "operator"})
+    refused = head != "Codertocat/Hello-World" and "snapshot" in seed
+    if refused:
+        with pytest.raises(FlowError) as answer:
+            flow.run(asked, record, FlowControl(timeout=60))
+        assert str(answer.value).startswith("The database was not reset: seed.snapshot is not valid")
+        assert resets == [] and deploys == []
+    else:
+        flow.run(asked, record, FlowControl(timeout=60))
+        assert resets == [f"{SLUG}-4"] and deploys == [head]
+
+
 def test_a_seed_container_is_awaited_until_ready_stopped_or_out_of_time() -> None:
     from orchestrator.runtime.seed_containers import await_ready
 

@@ -20,18 +20,22 @@ import logging
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.change_event import event_of
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.context import FlowContext
+from orchestrator.flows.data_steps import snapshot_refusal
 from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import set_fields
 from orchestrator.flows.reporting import CODEHOST_ERRORS, Reporter
 from orchestrator.plugin_api.codehost import CodeHost
 from orchestrator.plugin_api.deliveries import WebhookRejected
+from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent, event_for_record
 
 log = logging.getLogger("orchestrator.flows.commands")
@@ -102,12 +106,28 @@ class CommandFlow:
         if not self.c.runtime.can_reset_database:
             self._reply(host, event, f"The {self.c.runtime.name} runtime cannot reset a preview's database.")
             return
+        update = self._update(event, existing)
+        refused = self._seed_refusal(update, target.work_dir)
+        if refused:  # the deploy after the reset would refuse the seed: the preview keeps the data it has
+            self._reply(host, event, f"The database was not reset: {refused}.")
+            return
         try:
             self.c.runtime.reset_database(event.deployment_id, compose_file, target.log)
         except RuntimeFailure as exc:
             self._reply(host, event, f"The database was not reset: {exc.message}.")
             raise FlowError(exc.message) from None
-        self.deploy.run(self._update(event, existing), existing, control)
+        self.deploy.run(update, existing, control)
+
+    def _seed_refusal(self, update: PullRequestEvent, work_dir: Path) -> str | None:
+        """Why the deploy that follows a reset would refuse the preview's seed (its commit's configuration, in the
+        checkout the last deploy left), or None; a configuration that does not load is the deploy's to report."""
+        try:
+            config = load_checkout_config(self.c.plugins, work_dir)
+        except (ConfigError, OSError):
+            return None
+        if config.seed is None or config.seed.snapshot is None:
+            return None
+        return snapshot_refusal(update)
 
     def _extend(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                 control: FlowControl) -> None:

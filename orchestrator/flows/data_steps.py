@@ -61,14 +61,9 @@ class DataSteps:
                 raise StepFailed(f"seed.file is not valid ({config.seed.file} is not a file in the repository)")
             name = path.name
         else:
-            # A fork's author is not the repository's: the operator's data is not theirs to read. A pull request
-            # whose head is unknown (an event made from a record older than its `headRepository`) might be one.
-            if known_fork(event):
-                raise StepFailed("seed.snapshot is not valid (a pull request from a fork cannot use the operator's "
-                                 "snapshots)")
-            if not event.local and not event.head_repo_full_name:
-                raise StepFailed("seed.snapshot is not valid (the pull request's head repository is not known yet: "
-                                 "the operator's snapshots wait for its next push)")
+            refused = snapshot_refusal(event)
+            if refused:
+                raise StepFailed(refused)
             name = str(config.seed.snapshot)
             path = snapshot_path(self.c.settings.snapshots_path, target.slug, event, name)
         return DataSeed(repository=event.repository, source=config.seed.source, name=name, path=str(path),
@@ -95,6 +90,18 @@ def snapshot_path(snapshots: Path, slug: str, event: PullRequestEvent, name: str
         raise StepFailed(f"seed.snapshot is not valid (the operator keeps no snapshot {name} for this repository "
                          f"in SNAPSHOTS_DIR/{slug}/)")
     return path
+
+
+def snapshot_refusal(event: PullRequestEvent) -> str | None:
+    """Why the pull request of `event` may not have the operator's snapshots, or None. A fork's author is not the
+    repository's: the operator's data is not theirs to read. A pull request whose head is unknown (an event made
+    from a record older than its `headRepository`, or from one whose last event named none) might be one."""
+    if known_fork(event):
+        return "seed.snapshot is not valid (a pull request from a fork cannot use the operator's snapshots)"
+    if not event.local and not event.head_repo_full_name:
+        return ("seed.snapshot is not valid (the pull request's head repository is not known yet: the operator's "
+                "snapshots wait for its next push)")
+    return None
 
 
 def known_fork(event: PullRequestEvent) -> bool:
