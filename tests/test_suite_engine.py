@@ -81,3 +81,18 @@ def test_every_tox_environment_that_deploys_prepares_and_uses_an_engine_of_its_o
     for name in engine_envs:
         assert "{toxinidir}/scripts/prepare-test-host" in tox[name]["commands_pre"], name
         assert "set_env" not in tox[name] or "PO_TEST_RUN" not in tox[name]["set_env"], name
+
+
+def test_the_second_lane_takes_existing_modules_and_every_test_that_stops_its_engine() -> None:
+    """scripts/test's second lane (an engine of its own) names real modules; a module that stops the suite's engine
+    runs there, never beside the swarm's tests in the first engine, whose stand-ins they load."""
+    import re
+
+    script = (REPO_ROOT / "scripts" / "test").read_text()
+    listed = re.search(r"^second=\(([^)]*)\)", script, re.MULTILINE)
+    assert listed is not None
+    second = set(listed.group(1).split())
+    assert second and all((REPO_ROOT / name).is_file() for name in second), second
+    stopping = {f"tests/{path.name}" for path in (REPO_ROOT / "tests").glob("test_*.py")
+                if re.search(r"^\s+stop_engine\(\)", path.read_text(), re.MULTILINE)}
+    assert stopping and stopping <= second, stopping - second
