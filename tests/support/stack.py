@@ -33,6 +33,9 @@ class Stack:
     nginx: Nginx
     codehost: FakeCodeHost
     root: Path
+    # The engine the service deploys to, when not the suite's (the swarm's manager): what the checks below look at,
+    # never the suite's engine, where another lane's previews of the same numbers may run.
+    docker_host: str | None = None
 
     def send(self, action: str, pr: int, repo: PullRequestRepo, sha: str, expect: int = 200,
              repository: str | None = None) -> httpx.Response:
@@ -123,7 +126,7 @@ def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None
     if reload_command is not None:
         extra["PROXY_RELOAD_COMMAND"] = reload_command(nginx)
     service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
-    return Stack(service, nginx, codehost, root)
+    return Stack(service, nginx, codehost, root, extra.get("DOCKER_HOST"))
 
 
 def routes_where_workers_look(link: Path) -> None:
@@ -152,36 +155,41 @@ def stop_stack(stack: Stack) -> None:
         left = list(stack.store()["deployments"])
     except (OSError, ValueError, KeyError):
         left = []
-    remove_previews(left)
-    remove_seeds(stack.root / "state")
+    remove_previews(left, stack.docker_host)
+    remove_seeds(stack.root / "state", stack.docker_host)
     routes = stack.root / "proxy"
     if routes.is_symlink() and routes.resolve().name.startswith("po-routes-"):  # the one routes_where_workers_look made
         shutil.rmtree(routes.resolve(), ignore_errors=True)
 
 
-def remove_previews(deployment_ids: list[str]) -> None:
+def docker(host: str | None) -> list[str]:
+    """The docker command for the engine `host` (None: DOCKER_HOST's, the suite's engine)."""
+    return ["docker", *(["-H", host] if host else [])]
+
+
+def remove_previews(deployment_ids: list[str], host: str | None = None) -> None:
     """Every container, volume and network labelled with one of `deployment_ids`, and the images built for them
     (labelled too, which a close removes), as the engine has them. Preview resources carry no owner: like the
     compose projects they are named after, two test runs on one engine cannot keep them apart."""
     if not deployment_ids:
         return
     wanted = set(deployment_ids)
-    images = [image for deployment in wanted for image in built_images(deployment)]
+    images = [image for deployment in wanted for image in built_images(deployment, host)]
     for listing, field, removal in ((["ps", "-a"], "ID", ["rm", "--force", "--volumes"]),
                                     (["volume", "ls"], "Name", ["volume", "rm", "--force"]),
                                     (["network", "ls"], "ID", ["network", "rm"])):
-        rows = subprocess.run(["docker", *listing, "--filter", f"label={DEPLOYMENT_LABEL}", "--format",
+        rows = subprocess.run([*docker(host), *listing, "--filter", f"label={DEPLOYMENT_LABEL}", "--format",
                                f'{{{{.{field}}}}} {{{{.Label "{DEPLOYMENT_LABEL}"}}}}'],
                               capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
         found = [name for name, _, label in (row.partition(" ") for row in rows) if label in wanted]
         if found:
-            subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=False)
+            subprocess.run([*docker(host), *removal, *found], capture_output=True, timeout=120, check=False)
     if images:
-        subprocess.run(["docker", "rmi", "--force", *sorted(set(images))], capture_output=True, timeout=120,
+        subprocess.run([*docker(host), "rmi", "--force", *sorted(set(images))], capture_output=True, timeout=120,
                        check=False)
 
 
-def remove_seeds(state_dir: Path) -> None:
+def remove_seeds(state_dir: Path, host: str | None = None) -> None:
     """The database seeds a service with `state_dir` made (the service keeps them on the engine for its next
     previews, under its state directory's marker; a seed being made when it stopped has a container too): a
     stack takes them along, or every test run would leave ~50 MB per stack on the engine."""
@@ -190,21 +198,22 @@ def remove_seeds(state_dir: Path) -> None:
         filters = ["--filter", f"label={OWNER_LABEL}={marker}", "--filter", f"label={label}"]
         for listing, removal in ((["ps", "-aq"], ["rm", "--force", "--volumes"]),
                                  (["volume", "ls", "-q"], ["volume", "rm", "--force"])):
-            found = subprocess.run(["docker", *listing, *filters], capture_output=True, text=True, timeout=60,
+            found = subprocess.run([*docker(host), *listing, *filters], capture_output=True, text=True, timeout=60,
                                    check=True).stdout.split()
             if found:
-                subprocess.run(["docker", *removal, *found], capture_output=True, timeout=120, check=True)
+                subprocess.run([*docker(host), *removal, *found], capture_output=True, timeout=120, check=True)
 
 
-def built_images(deployment_id: str) -> list[str]:
+def built_images(deployment_id: str, host: str | None = None) -> list[str]:
     """The images built for a preview: labelled with its id, named by a keyed digest (RenderContext.built_image)."""
-    return subprocess.run(["docker", "images", "-q", "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"],
+    return subprocess.run([*docker(host), "images", "-q", "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"],
                           capture_output=True, text=True, timeout=60, check=True).stdout.split()
 
 
-def labelled_resources(deployment_id: str) -> list[str]:
+def labelled_resources(deployment_id: str, host: str | None = None) -> list[str]:
     found = []
-    for argv in (["docker", "ps", "-aq"], ["docker", "volume", "ls", "-q"], ["docker", "network", "ls", "-q"]):
+    for argv in ([*docker(host), "ps", "-aq"], [*docker(host), "volume", "ls", "-q"],
+                 [*docker(host), "network", "ls", "-q"]):
         output = subprocess.run([*argv, "--filter", f"label={DEPLOYMENT_LABEL}={deployment_id}"],
                                 capture_output=True, text=True, timeout=60, check=True).stdout
         found += output.split()
@@ -213,8 +222,8 @@ def labelled_resources(deployment_id: str) -> list[str]:
 
 def assert_fully_removed(stack: Stack, pr: int, slug: str = SLUG) -> None:
     deployment = f"{slug}-{pr}"
-    assert labelled_resources(deployment) == []
-    assert built_images(deployment) == [], f"images built for {deployment} left behind"
+    assert labelled_resources(deployment, stack.docker_host) == [], f"resources of {deployment} left behind"
+    assert built_images(deployment, stack.docker_host) == [], f"images built for {deployment} left behind"
     assert not (stack.root / "deployments" / slug / f"pr-{pr}").exists()
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.git").exists()
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.build").exists()  # keyed Dockerfiles
