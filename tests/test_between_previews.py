@@ -119,6 +119,11 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
     try:
         install(proxy, VICTIM, victim_port)
         attacker_slug, attacker_id = install(proxy, (ATTACKER[0], ATTACKER[1], ATTACKER[2]), attacker_port)
+        # a reload is applied by nginx's master after the command returns: the attacker's route serving its own
+        # page is the sign that the configuration with both routes is in force
+        wait_until(lambda: httpx.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/", timeout=10,
+                                     auth=("reviewer", "a long password") if protection == "basic" else None
+                                     ).text == "attacker's own page", timeout=15, message="the routes serve")
         nginx.wait_settled()
         # the victim's route answers only with its protection's credentials (or not at all, when closed)
         if protection != "none":
@@ -373,8 +378,10 @@ def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> Non
         path.write_text(current.replace(f"    {APP_HEADER_RULE}\n", "").replace(
             wake_key(routing_key(nginx), sample_record(ATTACKER[2], *ATTACKER[:2]).subject), old_key))
         proxy.reload(None)
+        # the old hole, once nginx's master has applied the reload
+        wait_until(lambda: httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == SECRET_PAGE,
+                   timeout=15, message="the old route serves")
         nginx.wait_settled()
-        assert httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == SECRET_PAGE  # the old hole
         records = [sample_record(VICTIM[2], *VICTIM[:2]), sample_record(ATTACKER[2], *ATTACKER[:2])]
         renewed = proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records])
         assert renewed == [attacker_id]  # the victim's route was today's already

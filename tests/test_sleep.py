@@ -341,7 +341,7 @@ def sleeping_preview(settings: Settings, nginx: Nginx, app_port: int) -> tuple[D
 
     store.update(put)
     proxy.install("acme-api", 3, "acme-api-3", app_port, None, subject=asleep.subject)
-    nginx.wait_settled()
+    nginx.wait_loaded(proxy.path("acme-api", 3))
     return store, proxy
 
 
@@ -417,7 +417,7 @@ def test_a_running_app_that_drops_a_request_gets_it_once_and_the_client_its_502(
     running = record("running", exposedAppPort=app_port)
     store.update(lambda data: data.deployments.update({"acme-api-3": running}))
     proxy.install("acme-api", 3, "acme-api-3", app_port, None, subject=running.subject)
-    nginx.wait_settled()
+    nginx.wait_loaded(proxy.path("acme-api", 3))
     handler = WakingHandler(store, free_port())
     try:
         with Service(settings, handler):

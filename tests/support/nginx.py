@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -105,8 +106,27 @@ class Nginx:
             time.sleep(0.05)
         raise AssertionError(f"nginx still has workers {self.workers()} after {timeout}s")
 
+    def wait_loaded(self, path: Path, timeout: float = 15.0) -> None:
+        """Until nginx runs the configuration that holds `path` as last written, without touching a route (a
+        request could wake a sleeping preview): one worker, started after the file's last change. The master
+        applies a reload after `nginx -s reload` returns, so a worker count alone can still be the old one's."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            workers = self.workers()
+            if len(workers) == 1 and _age(next(iter(workers))) < time.time() - path.stat().st_mtime:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"nginx did not load {path} within {timeout}s (workers {self.workers()})")
+
     def stop(self) -> None:
         subprocess.run(shlex.split(self.command("-s", "quit")), timeout=30, capture_output=True)
+
+
+def _age(pid: int) -> float:
+    """Seconds since process `pid` started (its start in clock ticks after boot, against the uptime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def subject_of(deployment_id: str, repository: str = "github/acme/api") -> str:

@@ -210,6 +210,15 @@ def built_images(deployment_id: str, host: str | None = None) -> list[str]:
                           capture_output=True, text=True, timeout=60, check=True).stdout.split()
 
 
+def image_names(images: list[str], host: str | None = None) -> list[str]:
+    """What an assertion shows of `images`: each one's names, or its id when it has none (dangling)."""
+    if not images:
+        return []
+    listed = subprocess.run([*docker(host), "image", "inspect", "--format", "{{.Id}} {{.RepoTags}}", *images],
+                            capture_output=True, text=True, timeout=60).stdout
+    return listed.splitlines()
+
+
 def labelled_resources(deployment_id: str, host: str | None = None) -> list[str]:
     found = []
     for argv in ([*docker(host), "ps", "-aq"], [*docker(host), "volume", "ls", "-q"],
@@ -223,7 +232,8 @@ def labelled_resources(deployment_id: str, host: str | None = None) -> list[str]
 def assert_fully_removed(stack: Stack, pr: int, slug: str = SLUG) -> None:
     deployment = f"{slug}-{pr}"
     assert labelled_resources(deployment, stack.docker_host) == [], f"resources of {deployment} left behind"
-    assert built_images(deployment, stack.docker_host) == [], f"images built for {deployment} left behind"
+    left = built_images(deployment, stack.docker_host)
+    assert left == [], f"images built for {deployment} left behind: {image_names(left, stack.docker_host)}"
     assert not (stack.root / "deployments" / slug / f"pr-{pr}").exists()
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.git").exists()
     assert not (stack.root / "deployments" / slug / f"pr-{pr}.build").exists()  # keyed Dockerfiles

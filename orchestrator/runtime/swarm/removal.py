@@ -70,8 +70,17 @@ def remove_deployment(cli: SwarmCli, registry: Registry, deployment_id: str) -> 
         for reference in cli.images("", "", label=f"com.docker.compose.project={deployment_id}"):
             if reference.startswith(ours):
                 cli.docker(["image", "rm", reference], timeout=120)
+        # the images of its earlier builds, untagged by each update's build (no name: no one else's)
+        replaced = cli.docker(["image", "ls", "--quiet", "--no-trunc", "--filter", "dangling=true", "--filter",
+                               f"label={DEPLOYMENT_LABEL}={deployment_id}"]).split()
     except CommandFailed as exc:
         problems.append(f"built image: {exc.tail(2) or exc}")
+        replaced = []
+    for image in replaced:  # each on its own; one in use by a container elsewhere is not the preview's problem
+        try:
+            cli.docker(["image", "rm", image], timeout=120)
+        except CommandFailed:
+            pass
     try:
         for repository, tags in registry.tags(deployment_id).items():
             for tag in tags:
