@@ -542,11 +542,13 @@ def test_the_record_keeps_the_head_repository_of_the_last_event_only(tmp_path: P
 @pytest.mark.parametrize(("head", "seed"), [(None, {"snapshot": "nightly.sql"}),
                                           ("mallory/Hello-World", {"snapshot": "nightly.sql"}),
                                           ("Codertocat/Hello-World", {"snapshot": "nightly.sql"}),
+                                          ("Codertocat/Hello-World", {"snapshot": "gone.sql"}),
                                           (None, {"file": "seeds/demo.sql"})])
 def test_reset_db_leaves_the_data_alone_when_the_deploy_after_it_would_refuse_the_seed(
         host: PluginHost, tmp_path: Path, head: str | None, seed: dict[str, str]) -> None:
-    """A snapshot the preview may not have (a fork's, or a head unknown to the record) would fail the deploy
-    that follows the reset: the volume is never removed for that; other seeds reset as before."""
+    """A snapshot the preview may not have (a fork's, a head unknown to the record, one the operator no longer
+    keeps) would fail the deploy that follows the reset: the volume is never removed for that; other seeds reset
+    as before."""
     from types import SimpleNamespace
 
     import yaml
@@ -562,11 +564,17 @@ def test_reset_db_leaves_the_data_alone_when_the_deploy_after_it_would_refuse_th
     work.mkdir()
     (work / "preview-config.yml").write_text(yaml.safe_dump({**BASE, "seed": seed}))
     (work / GENERATED_COMPOSE).write_text("services: {}\n")
+    folder = tmp_path / "snapshots" / SLUG
+    folder.mkdir(parents=True)
+    (folder / ".repository").write_text("Codertocat/Hello-World\n")
+    (folder / "nightly.sql").write_text(SNAPSHOT)
     resets: list[str] = []
     deploys: list[str | None] = []
     runtime = SimpleNamespace(name="compose", can_reset_database=True,
                               reset_database=lambda deployment_id, compose, log: resets.append(deployment_id))
-    context = SimpleNamespace(plugins=host, runtime=runtime, codehosts={}, target=lambda slug, pr, ident: Target(
+    context = SimpleNamespace(plugins=host, runtime=runtime, codehosts={},
+                              settings=SimpleNamespace(snapshots_path=tmp_path / "snapshots"),
+                              target=lambda slug, pr, ident: Target(
         ident, slug, pr, work, tmp_path / "git", DeploymentLog(tmp_path / "log")))
     deploy = SimpleNamespace(run=lambda event, existing, control: deploys.append(event.head_repo_full_name))
     flow = CommandFlow(context, None, deploy, None)  # type: ignore[arg-type]
@@ -577,7 +585,7 @@ def test_reset_db_leaves_the_data_alone_when_the_deploy_after_it_would_refuse_th
         url="http://x/", headRepository=head)
     asked = event_for_record(record, "command", "operator-reset-db-1").model_copy(
         update={"command": "reset-db", "trigger": "operator", "command_author": "operator"})
-    refused = head != "Codertocat/Hello-World" and "snapshot" in seed
+    refused = "snapshot" in seed and (head != "Codertocat/Hello-World" or seed["snapshot"] == "gone.sql")
     if refused:
         with pytest.raises(FlowError) as answer:
             flow.run(asked, record, FlowControl(timeout=60))

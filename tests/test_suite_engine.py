@@ -76,6 +76,7 @@ def test_every_tox_environment_that_deploys_prepares_and_uses_an_engine_of_its_o
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO_ROOT / "tox.ini")
     assert "PO_TEST_RUN = {envname}" in tox["testenv"]["set_env"]
+    assert "PO_TEST_ENGINE" not in tox["testenv"]["pass_env"]  # it would name one engine for them all
     engine_envs = [name for name in tox.sections() if "scripts/test-engine exec" in tox[name].get("commands", "")]
     assert len(engine_envs) >= 4, engine_envs  # fw-*, db-*, e2e, bench
     for name in engine_envs:

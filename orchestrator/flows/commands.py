@@ -25,8 +25,8 @@ from pathlib import Path
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.change_event import event_of
 from orchestrator.flows.cleanup import CleanupFlow
-from orchestrator.flows.context import FlowContext
-from orchestrator.flows.data_steps import snapshot_refusal
+from orchestrator.flows.context import FlowContext, StepFailed
+from orchestrator.flows.data_steps import snapshot_path, snapshot_refusal
 from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import set_fields
@@ -127,7 +127,14 @@ class CommandFlow:
             return None
         if config.seed is None or config.seed.snapshot is None:
             return None
-        return snapshot_refusal(update)
+        refused = snapshot_refusal(update)
+        if refused:
+            return refused
+        try:  # the operator's folder still names the repository and still keeps that snapshot
+            snapshot_path(self.c.settings.snapshots_path, update.project_slug, update, str(config.seed.snapshot))
+        except StepFailed as exc:
+            return exc.message
+        return None
 
     def _extend(self, host: CodeHost | None, event: PullRequestEvent, existing: DeploymentRecord | None,
                 control: FlowControl) -> None:

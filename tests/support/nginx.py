@@ -113,8 +113,11 @@ class Nginx:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             workers = self.workers()
-            if len(workers) == 1 and _age(next(iter(workers))) < time.time() - path.stat().st_mtime:
-                return
+            try:
+                if len(workers) == 1 and _age(next(iter(workers))) < time.time() - path.stat().st_mtime:
+                    return
+            except OSError:  # the worker exited meanwhile (a reload's old one): look again
+                pass
             time.sleep(0.05)
         raise AssertionError(f"nginx did not load {path} within {timeout}s (workers {self.workers()})")
 
