@@ -54,9 +54,10 @@ def test_an_app_that_exits_at_start_fails_within_seconds_with_its_error_line_fir
     log = stack.logs(pr)
     assert "container output" in log and error_line in log  # the app's own output is in the deployment log
     assert "health wait ended: app exited with code 1" in log
-    # From `compose up` to the end of the wait: seconds, not the 60-second health window.
+    # The wait ended on the exit (the line above), long before the 60-second health window; the bound is half the
+    # window, since three lanes on two cores stretch the seconds (11 s was seen)
     started, ended = (_stamp(log, " up --detach"), _stamp(log, "health wait ended"))
-    assert (ended - started).total_seconds() <= 10
+    assert (ended - started).total_seconds() < 30
     stack.close(pr, repo, repo.sha_a)
 
 
