@@ -383,13 +383,13 @@ def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> Non
                    timeout=15, message="the old route serves")
         nginx.wait_settled()
         records = [sample_record(VICTIM[2], *VICTIM[:2]), sample_record(ATTACKER[2], *ATTACKER[:2])]
-        renewed = proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records])
+        renewed = proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject, []) for r in records])
         assert renewed == [attacker_id]  # the victim's route was today's already
         assert path.read_text() == current  # today's route, proxying where it did
         # the reload's new workers take over while the old ones finish (under load, a moment after settling)
         wait_until(lambda: httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text
                    == "attacker's own page", timeout=10, message="the renewed route served")
-        assert proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in records]) == []
+        assert proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject, []) for r in records]) == []
     finally:
         attacker_server.shutdown()
         victim_server.shutdown()

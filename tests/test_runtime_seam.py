@@ -117,6 +117,13 @@ class RecordingRuntimePlugin:
         return self.runtime
 
 
+@pytest.fixture(autouse=True)
+def no_nginx_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens on PROXY_LISTEN_PORT (1) in these tests: the served check is told so after 0.05 s instead
+    of REFUSED_GRACE's 3 s (the check itself is test_routing's, with a real nginx)."""
+    monkeypatch.setattr("orchestrator.adapters.nginx.served.REFUSED_GRACE", 0.05)
+
+
 @pytest.fixture
 def app_server() -> Iterator[int]:
     class Ok(http.server.BaseHTTPRequestHandler):
@@ -152,10 +159,10 @@ def event(action: str, repo: PullRequestRepo, sha: str) -> PullRequestEvent:
 def engine_with(runtime: RecordingRuntime, make_settings: SettingsFactory, codehost: FakeCodeHost,
                 **values: Any) -> tuple[DeployEngine, RecordingRuntimePlugin]:
     plugin = RecordingRuntimePlugin(runtime)
-    values = {"health_check_interval_seconds": 0.2, **values}
+    values = {"health_check_interval_seconds": 0.2, "proxy_listen_port": 1, **values}
     settings = make_settings(runtime="recording", codehost_api_url=codehost.url, proxy_test_command="true",
                              proxy_reload_command="true", allowed_clone_protocols="file",
-                             build_commands_mode="off", proxy_listen_port=1, **values)
+                             build_commands_mode="off", **values)
     host = build_plugin_host(load_entry_points=False, extra_plugins=[("recording-runtime", plugin)])
     return engine_for(settings, host), plugin
 

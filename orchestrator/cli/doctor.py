@@ -31,7 +31,7 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely
 from orchestrator.rendering.plugin_host import PluginError, PluginHost, build_plugin_host
 from orchestrator.settings import DEFAULT_CODEHOST, Settings, SettingsError
-from orchestrator.state.ports import APP_POOL, DB_POOL, host_port_free
+from orchestrator.state.ports import APP_POOL, DB_POOL, held_ports, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
 
 LOW_DISK_BYTES = 5 * 1024**3
@@ -221,7 +221,7 @@ def _free_ports(settings: Settings) -> Check:
         held = DeploymentStore(settings.deployments_db).read().portAllocations.values()
     except StoreError as exc:
         return Check("free ports in both pools", False, str(exc), "repair the tracking store")
-    taken = {port for allocation in held for port in (allocation.exposedAppPort, allocation.exposedDbPort)}
+    taken = held_ports(held)
     app = sum(1 for port in APP_POOL if port not in taken and host_port_free(port))
     db = sum(1 for port in DB_POOL if port not in taken and host_port_free(port))
     return Check("free ports in both pools", app > 0 and db > 0, f"{app} app ports, {db} db ports",

@@ -86,14 +86,27 @@ DNS_LABEL_MAX = 63
 _SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # project_slug's output: never `--`, never an edge hyphen
 
 
-def preview_host_label(slug: str, pr: int) -> str:
-    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters; else the
+def preview_host_label(slug: str, pr: int, room: int = DNS_LABEL_MAX) -> str:
+    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters (`room`); else the
     slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}`. A slug never holds `--`, so a shortened
     label cannot equal a full one, and two different slugs differ in the hash (2^64 values)."""
     if not _SLUG.match(slug) or pr < 1:
         raise ValueError(f"{slug!r} / {pr} cannot make a host name")
     label = f"{slug}-pr-{pr}"
-    if len(label) <= DNS_LABEL_MAX:
+    if len(label) <= room:
         return label
     tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-pr-{pr}"
-    return slug[: DNS_LABEL_MAX - len(tail)].rstrip("-") + tail
+    return slug[: room - len(tail)].rstrip("-") + tail
+
+
+# A routed service's name (compose `x-preview: {route: NAME}`): in its path, its host label, its variable's name.
+# No hyphen: `{NAME}--{label}` then splits at its first `--` into one name and one preview's label, so a routed
+# service's host never equals another preview's or another route's (a shortened label's start is 30 characters or more).
+ROUTE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+def route_host_label(route: str, slug: str, pr: int) -> str:
+    """The DNS label of a preview's routed service: `{route}--{preview_host_label}`, that label shortened to fit."""
+    if not ROUTE_NAME.fullmatch(route):
+        raise ValueError(f"{route!r} cannot name a route")
+    return f"{route}--{preview_host_label(slug, pr, DNS_LABEL_MAX - len(route) - 2)}"

@@ -16,6 +16,8 @@ TOKEN_PARAMETER = "preview_token"  # noqa: S105 - the query parameter of the com
 # Sleep: the internal location of a route through which the service hands a woken request to the app
 # (`X-Accel-Redirect: {WOKEN_PREFIX}{deploymentId}/{path under the preview}`; adapters/nginx/route.py writes it).
 WOKEN_PREFIX = "/.preview-orchestrator/app/"
+# A service routed besides the app: `{ROUTE_WOKEN_PREFIX}{deploymentId}/{route}/{path under its route}`.
+ROUTE_WOKEN_PREFIX = "/.preview-orchestrator/route/"
 ACCESS_COOKIE = "preview_access"  # the cookie the link's first visit sets, scoped to that preview
 _TOKEN = re.compile(r"^([0-9]{1,12})\.[A-Za-z0-9_-]{43}$")
 

@@ -19,7 +19,7 @@ from orchestrator.common.naming import mirror_name
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.data_steps import DataSteps
 from orchestrator.flows.error_lines import with_pull_error
-from orchestrator.flows.records import set_fields
+from orchestrator.flows.records import routes_of, set_fields
 from orchestrator.flows.route_steps import RouteSteps
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -186,6 +186,7 @@ class BuildSteps:
             raise StepFailed("; ".join(exc.problems)) from None
         except RuntimeFailure as exc:
             raise StepFailed("docker compose could not read the compose file", exc.detail) from None
+        self.routes.give_ports(event, rendered)
         try:
             return rendered, write_rendered(target.work_dir, rendered)
         except OSError as exc:
@@ -207,27 +208,34 @@ class BuildSteps:
 
     def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                      config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
-        """Probe the health path while watching the containers: an app or database that exits or restarts
-        fails the deploy at once, with its own output, which goes into the deployment log (a healthy one's
-        output is kept by `run`, beside the route)."""
-        settings, runtime = self.c.settings, self.c.runtime
-        url = runtime.app_url(event.deployment_id, record.exposedAppPort, config.health_check_path)
+        """Probe the health path — the app's, then each routed service's — while watching the containers: an app
+        or database that exits or restarts fails the deploy at once, with its own output, which goes into the
+        deployment log (a healthy one's output is kept by `run`, beside the route)."""
         probing = time.monotonic()
-        try:
-            healthy = wait_healthy(url, settings.health_check_interval_seconds,
-                                   settings.health_check_timeout_seconds, target.log, control,
-                                   watch=lambda: self._problem(event.deployment_id))
-        except AppStopped as exc:
-            self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
-            self.keep_output(event, target, record, compose_file)
-            raise StepFailed(str(exc), self.app_output(event.deployment_id, compose_file)) from None
-        except BaseException:  # cancelled, superseded, out of time: what the containers said is still kept
-            self.keep_output(event, target, record, compose_file)
-            raise
-        self.c.metrics.health_seconds.labels("healthy" if healthy else "timeout").observe(time.monotonic() - probing)
-        if not healthy:
-            self.keep_output(event, target, record, compose_file)
-            raise StepFailed("Health check timeout", self.app_output(event.deployment_id, compose_file))
+        checks = [("app", record.exposedAppPort, config.health_check_path, "")] + [
+            (route.service, route.port, route.healthCheckPath, f"the route {route.name} (service {route.service})")
+            for route in routes_of(self.c.store, event.deployment_id)]
+        for service, port, path, shown in checks:
+            url = self.c.runtime.app_url(event.deployment_id, port, path)
+            settings = self.c.settings
+            try:
+                healthy = wait_healthy(url, settings.health_check_interval_seconds,
+                                       settings.health_check_timeout_seconds, target.log, control,
+                                       watch=lambda: self._problem(event.deployment_id))
+            except AppStopped as exc:
+                self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
+                self.keep_output(event, target, record, compose_file)
+                raise StepFailed(f"{exc} (waiting for {shown})" if shown else str(exc),
+                                 self.app_output(event.deployment_id, compose_file, service)) from None
+            except BaseException:  # cancelled, superseded, out of time: what the containers said is still kept
+                self.keep_output(event, target, record, compose_file)
+                raise
+            if not healthy:
+                self.c.metrics.health_seconds.labels("timeout").observe(time.monotonic() - probing)
+                self.keep_output(event, target, record, compose_file)
+                raise StepFailed(f"Health check timeout: {shown}" if shown else "Health check timeout",
+                                 self.app_output(event.deployment_id, compose_file, service))
+        self.c.metrics.health_seconds.labels("healthy").observe(time.monotonic() - probing)
 
     def _problem(self, deployment_id: str) -> str | None:
         try:
@@ -235,9 +243,9 @@ class BuildSteps:
         except RuntimeFailure:
             return None  # the engine not answering is not the app's fault; the probes go on
 
-    def app_output(self, deployment_id: str, compose_file: Path) -> str:
+    def app_output(self, deployment_id: str, compose_file: Path, service: str = "app") -> str:
         try:
-            output = self.c.runtime.logs(deployment_id, compose_file, "app", tail=TAIL)
+            output = self.c.runtime.logs(deployment_id, compose_file, service, tail=TAIL)
         except RuntimeFailure as exc:
             return exc.detail
         return "\n".join(output.splitlines()[-TAIL:])

@@ -34,10 +34,13 @@ def building(sha: str | None, updating: bool) -> str:
 
 
 def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None,
-          migrations: list[str] | None = None) -> str:
+          migrations: list[str] | None = None, routes: list[tuple[str, str]] | None = None) -> str:
+    """`routes`: the services routed besides the app, (name, link) each, listed under the main link."""
+    listed = "".join(f"- `{name}`: {link}\n" for name, link in routes or [])
     text = (
         f"{MARKER}\n### ✅ Preview ready\n\n"
         f"**{url}**\n\n"
+        + (f"Also routed:\n{listed}\n" if listed else "") +
         f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
         "pull request closes."
     )

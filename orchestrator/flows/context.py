@@ -3,6 +3,7 @@ one deployment lives on this host."""
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,14 @@ from orchestrator.common.host_env import HostEnv
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime
+from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX
 from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.store import DeploymentStore
+
+log = logging.getLogger("orchestrator.flows")
 
 CACHE_ID = re.compile(re.escape(CACHE_ID_PREFIX) + "[0-9a-f]+")
 
@@ -128,3 +131,11 @@ class FlowContext:
     def limit_message(self) -> str:
         return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "
                 "(MAX_CONCURRENT_PREVIEWS); close another pull request, then push again")
+
+    def ports_in_use(self) -> set[int]:
+        """Host ports the runtime holds; none when it cannot tell (a port it holds then fails the bind test)."""
+        try:
+            return self.runtime.ports_in_use()
+        except RuntimeFailure as exc:
+            log.warning("%s: %s", exc.message, exc.detail)
+            return set()

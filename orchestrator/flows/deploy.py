@@ -12,7 +12,7 @@ from orchestrator.flows import comments
 from orchestrator.flows.build_steps import BuildSteps
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.handler import FlowError
-from orchestrator.flows.records import begin, set_fields
+from orchestrator.flows.records import begin, routes_of, set_fields
 from orchestrator.flows.reporting import Reporter
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.ports import MAX_PR_NUMBER, OUT_OF_RANGE, PortAllocationError
@@ -41,7 +41,7 @@ class DeployFlow:
         try:
             record = begin(self.c.store, event, comment_id,
                            self.c.settings.preview_url(event.project_slug, event.pr_number),
-                           self.c.settings.max_concurrent_previews, self.c.limit_message(), self._ports_in_use)
+                           self.c.settings.max_concurrent_previews, self.c.limit_message(), self.c.ports_in_use)
         except PortAllocationError as exc:
             self.reporter.comment(event, comment_id, comments.failed(str(exc), event.commit_sha))
             raise FlowError(str(exc)) from None
@@ -72,8 +72,10 @@ class DeployFlow:
             kept = pool.submit(self.steps.keep_output, event, target, record, built.compose_file)
             # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
             link = self.c.proxy.reviewer_link(record.url, record.subject)
+            routes = [(route.name, self.c.proxy.reviewer_link(route.url, record.subject))
+                      for route in routes_of(self.c.store, event.deployment_id)]
             self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, built.stages,
-                                                                       built.migrations))
+                                                                       built.migrations, routes))
             self.reporter.status(event, reported, "success",
                                  f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
                                  environment_url=record.url)
@@ -90,13 +92,6 @@ class DeployFlow:
         if event.deployment_id not in deployments and len(deployments) >= self.c.settings.max_concurrent_previews:
             return self.c.limit_message()
         return None
-
-    def _ports_in_use(self) -> set[int]:
-        try:
-            return self.c.runtime.ports_in_use()
-        except RuntimeFailure as exc:
-            log.warning("%s: %s", exc.message, exc.detail)
-            return set()
 
     def _fail(self, event: PullRequestEvent, target: Target, comment_id: int | None, reported: int | None,
               failure: StepFailed, seconds: float) -> None:

@@ -121,7 +121,8 @@ class Reconciler:
     def _renew_routes(self, data: StoreFile) -> None:
         """Routes written by an older version, rewritten as today's (docs/security.md, "Between previews"): the
         rules of a route hold for the previews that were running before the upgrade too, without a push."""
-        routes = [(r.projectSlug, r.prNumber, r.deploymentId, r.subject) for r in data.deployments.values()
+        routes = [(r.projectSlug, r.prNumber, r.deploymentId, r.subject, [(x.name, x.port) for x in r.routes])
+                  for r in data.deployments.values()
                   if r.status in ("running", "sleeping", "failed", "building")]  # open routes only: Proxy.renew
         renewed = self._quietly(lambda: self.c.proxy.renew(routes)) or []
         if renewed:

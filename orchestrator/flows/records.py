@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from orchestrator.state.ports import PortAllocationError, allocate
-from orchestrator.state.records import DeploymentRecord, PullRequestEvent, StoreFile
+from orchestrator.state.ports import PortAllocationError, allocate, routed_ports
+from orchestrator.state.records import DeploymentRecord, PreviewRoute, PullRequestEvent, StoreFile
 from orchestrator.state.store import DeploymentStore
 
 
@@ -76,6 +76,9 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
             # The event's own, never an older one: an event that names none leaves it unknown (no snapshot), so a
             # same-repository value can never outlive a change that did not say where its head is.
             headRepository=event.head_repo_full_name,
+            # its routed services until this deploy's render gives them again (a failure before keeps them, as their
+            # ports and locations are kept)
+            routes=previous.routes if previous else [],
             # a new preview's secrets are keyed by its repository; an older one's stay as its volume has them
             secretsScope=previous.secretsScope if previous else "repository",
         )
@@ -83,6 +86,33 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
         return record
 
     return store.update(change)
+
+
+def route_ports(store: DeploymentStore, deployment_id: str, routes: list[str],
+                ports_in_use: Callable[[], set[int]]) -> dict[str, int]:
+    """Atomically: a host port for each routed service of the deployment (kept across updates; a route no longer
+    in the compose file gives its port back). Raises PortAllocationError."""
+    current = store.read().portAllocations.get(deployment_id)
+    if current is not None and set(current.routedPorts) == set(routes):
+        return dict(current.routedPorts)  # an update of the same routes: nothing to ask the runtime
+    in_use = ports_in_use() if routes else set()
+
+    def change(data: StoreFile) -> dict[str, int]:
+        allocation = data.portAllocations.get(deployment_id)
+        if allocation is None:
+            raise PortAllocationError(f"Deployment {deployment_id} has no ports (it was removed meanwhile)")
+        others = [a for key, a in data.portAllocations.items() if key != deployment_id]
+        allocation = routed_ports(allocation, routes, others, in_use)
+        data.portAllocations[deployment_id] = allocation
+        return dict(allocation.routedPorts)
+
+    return store.update(change)
+
+
+def routes_of(store: DeploymentStore, deployment_id: str) -> list[PreviewRoute]:
+    """The services the preview routes besides the app, as its last render gave them ports."""
+    record = store.read().deployments.get(deployment_id)
+    return list(record.routes) if record else []
 
 
 def forget(store: DeploymentStore, deployment_id: str) -> None:

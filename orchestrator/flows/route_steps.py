@@ -8,13 +8,37 @@ from concurrent.futures import Future
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
+from orchestrator.flows.records import route_ports, routes_of, set_fields
 from orchestrator.plugin_api.runtime import RuntimeFailure
-from orchestrator.state.records import DeploymentRecord, PullRequestEvent
+from orchestrator.rendering.compose_document import RenderedDeployment
+from orchestrator.rendering.routed_services import RoutedService, apply_routes
+from orchestrator.state.ports import PortAllocationError
+from orchestrator.state.records import DeploymentRecord, PreviewRoute, PullRequestEvent
 
 
 class RouteSteps:
     def __init__(self, context: FlowContext) -> None:
         self.c = context
+
+    def give_ports(self, event: PullRequestEvent, rendered: RenderedDeployment) -> None:
+        """The services routed besides the app (routed_services.py): a host port each (kept across updates), the
+        preview's URLs in every service's environment, and the record's `routes`."""
+        routes: list[RoutedService] = rendered.routes
+        if routes and not self.c.runtime.routes_services:
+            raise StepFailed(f"The {self.c.runtime.name} runtime cannot route services besides app (x-preview of "
+                             f"{', '.join(route.service for route in routes)})")
+        try:
+            ports = route_ports(self.c.store, event.deployment_id, [route.route for route in routes],
+                                self.c.ports_in_use)
+        except PortAllocationError as exc:
+            raise StepFailed(str(exc)) from None
+        settings = self.c.settings
+        urls = {route.route: settings.preview_url(event.project_slug, event.pr_number, route.route) for route in routes}
+        apply_routes(rendered, ports, settings.preview_url(event.project_slug, event.pr_number), urls)
+        given = [PreviewRoute(name=route.route, service=route.service, port=ports[route.route],
+                              healthCheckPath=route.health_check_path, url=urls[route.route]) for route in routes]
+        if given != routes_of(self.c.store, event.deployment_id):  # most previews: none before, none now
+            set_fields(self.c.store, event.deployment_id, routes=given)
 
     def prepare(self, event: PullRequestEvent, target: Target, address: tuple[str, int],
                       route_served: bool, control: FlowControl) -> bool:
@@ -27,7 +51,8 @@ class RouteSteps:
             return False  # it could not be loaded closed (the log of the service says why once)
         try:
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
-                                 served=route_served, host=host, closed=not route_served, subject=event.subject)
+                                 served=route_served, host=host, closed=not route_served, subject=event.subject,
+                                 routes=self._routes(event))
         except Exception as exc:  # noqa: BLE001 - the route step writes it and says why it fails
             target.log.note(f"route not loaded while building ({exc}); written after the health check")
             return False
@@ -71,17 +96,23 @@ class RouteSteps:
         try:
             host, port = self.c.runtime.app_address(event.deployment_id, record.exposedAppPort)
             self.c.proxy.install(target.slug, target.pr, event.deployment_id, port, target.log,
-                                 served=route_served, host=host, subject=event.subject)
+                                 served=route_served, host=host, subject=event.subject, routes=self._routes(event))
         except RuntimeFailure as exc:
             raise StepFailed(exc.message, exc.detail) from None
         except (ProxyError, OSError) as exc:
             raise StepFailed("Nginx reload failed", str(exc)) from None
 
     def wait_served(self, event: PullRequestEvent, target: Target, control: FlowControl) -> None:
-        """nginx serves the route, else StepFailed; FlagUnseen is left to `open`, which writes it again."""
+        """nginx serves the route (and each routed service's), else StepFailed; FlagUnseen is left to `open`, which
+        writes it again."""
         try:
             self.c.proxy.wait_served(target.slug, target.pr, event.deployment_id, target.log, control)
+            self.c.proxy.wait_routes_served(target.slug, target.pr, event.deployment_id, self._routes(event),
+                                            target.log, control)
         except FlagUnseen:
             raise
         except ProxyError as exc:
             raise StepFailed("Nginx route not served", str(exc)) from None
+
+    def _routes(self, event: PullRequestEvent) -> list[tuple[str, int]]:
+        return [(route.name, route.port) for route in routes_of(self.c.store, event.deployment_id)]

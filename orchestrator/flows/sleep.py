@@ -157,6 +157,18 @@ class SleepFlow:
             raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file)) from None
         if not healthy:
             raise _WakeFailed("Wake failed: Health check timeout", self._app_output(record, compose_file))
+        for route in record.routes:  # a request to a routed service is handed back once that service answers
+            url = self.c.runtime.app_url(record.deploymentId, route.port, route.healthCheckPath)
+            try:
+                healthy = wait_healthy(url, min(settings.health_check_interval_seconds, WAKE_PROBE_CEILING),
+                                       settings.health_check_timeout_seconds, target.log, control,
+                                       first_gap=WAKE_FIRST_GAP)
+            except AppStopped as exc:
+                raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file, route.service)) \
+                    from None
+            if not healthy:
+                raise _WakeFailed(f"Wake failed: Health check timeout of the route {route.name}",
+                                  self._app_output(record, compose_file, route.service))
 
     def _fail(self, event: PullRequestEvent, record: DeploymentRecord, target: Target, failure: _WakeFailed,
               seconds: float) -> None:
@@ -182,9 +194,9 @@ class SleepFlow:
         except RuntimeFailure:
             return None
 
-    def _app_output(self, record: DeploymentRecord, compose_file: Path) -> str:
+    def _app_output(self, record: DeploymentRecord, compose_file: Path, service: str = "app") -> str:
         try:
-            return self.c.runtime.logs(record.deploymentId, compose_file, "app", tail=40)
+            return self.c.runtime.logs(record.deploymentId, compose_file, service, tail=40)
         except RuntimeFailure as exc:
             return exc.detail
 

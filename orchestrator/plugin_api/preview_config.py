@@ -19,6 +19,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tab allowed, newlines and 
 MAX_LIST = 50
 MAX_TEXT = 4096
 # An operator's snapshot: a file name under SNAPSHOTS_DIR/{projectSlug}/, never a path.
+HEALTH_PATH = re.compile(r"^/[\x21-\x7e]{0,2047}$")  # a path probed over HTTP: no spaces, no control characters
 SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -150,7 +151,7 @@ class PreviewConfig(BaseModel):
     @field_validator("health_check_path")
     @classmethod
     def _health_path(cls, value: str) -> str:
-        if not re.match(r"^/[\x21-\x7e]*$", value):
+        if not HEALTH_PATH.fullmatch(value):
             raise ValueError("must start with / and contain no spaces")
         return value
 

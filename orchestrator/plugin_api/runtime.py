@@ -67,6 +67,10 @@ class Runtime:
     # `seed_database` restores a repository's seed (preview-config.yml `seed`, its `data` argument); previews that
     # declare a seed fail on a runtime without it.
     restores_seeds: ClassVar[bool] = False
+    # Services routed besides the app (x-preview) are published on this host's loopback like the app (their ports
+    # in the compose file, `app_url` and `app_address` of their port); previews that route one fail on a runtime
+    # without it.
+    routes_services: ClassVar[bool] = False
 
     # Required --------------------------------------------------------------------------------------------
 

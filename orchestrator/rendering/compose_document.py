@@ -59,6 +59,8 @@ class RenderedDeployment:
     # What a build reads besides the checkout, written into `build_dir` (Dockerfiles whose cache mounts the service
     # keyed to the repository, and a Dockerfile's own .dockerignore): name -> text.
     build_files: dict[str, str] = field(default_factory=dict)
+    # Services routed besides `app` (a repository compose file's x-preview; routed_services.py), ports not yet given.
+    routes: list[Any] = field(default_factory=list)
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)
@@ -129,6 +131,19 @@ def as_dict(labels: Any) -> dict[str, str]:
         return {str(k): str(v) for k, v in labels.items()}
     if isinstance(labels, list):
         return dict(str(item).split("=", 1) if "=" in str(item) else (str(item), "") for item in labels)
+    return {}
+
+
+def environment_dict(environment: Any) -> dict[str, Any]:
+    """A service's `environment`, mapping or list, as a mapping."""
+    if isinstance(environment, dict):
+        return {str(k): v for k, v in environment.items()}
+    if isinstance(environment, list):
+        result: dict[str, Any] = {}
+        for item in environment:
+            key, sep, value = str(item).partition("=")
+            result[key] = value if sep else None
+        return result
     return {}
 
 

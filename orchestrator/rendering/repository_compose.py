@@ -18,12 +18,14 @@ from orchestrator.rendering.compose_document import (
     RenderedDeployment,
     apply_common,
     dump_compose,
+    environment_dict,
     escape,
 )
 from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
 from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.rendering.routed_services import declared_routes, unroutable
 
 
 def repository_owned(
@@ -39,6 +41,8 @@ def repository_owned(
     if not isinstance(raw, dict):
         raise ConfigError([f"{name} must be a mapping"])
     problems = raw_problems(raw, repo_dir, name)
+    routes, wrong = declared_routes(raw, name)
+    problems += wrong
     services = raw.get("services") if isinstance(raw.get("services"), dict) else {}
     if "app" not in services:
         problems.append(f"{name}: a service named app is required")
@@ -49,6 +53,7 @@ def repository_owned(
     # From here on, only compose's own reading of the file counts: interpolated, defaults applied.
     compose = normalize(path, context.deployment_id)
     problems = normalized_problems(compose, repo_dir, context.deployment_id, name)
+    problems += unroutable(routes, compose, name)
     build_files: dict[str, str] = {}
     for service_name, service in (compose.get("services") or {}).items():
         build = service.get("build") if isinstance(service, dict) else None
@@ -83,7 +88,7 @@ def repository_owned(
     app = services["app"]
     app["container_name"] = context.container_name("app")
     app["ports"] = [f"127.0.0.1:{context.app_host_port}:{config.app_port}"]
-    environment = _environment_dict(app.get("environment"))
+    environment = environment_dict(app.get("environment"))
     environment.update(escape(config.env_map))
     environment[config.app_port_env] = str(config.app_port)
     environment.setdefault("PORT", str(config.app_port))
@@ -110,6 +115,7 @@ def repository_owned(
         repository_owned=True,
         pending_startup=pending,
         build_files=build_files,
+        routes=routes,
     )
 
 
@@ -119,15 +125,3 @@ def _unescape(value: Any) -> list[str] | None:
         return None
     items = value if isinstance(value, list) else [value]
     return [str(item).replace("$$", "$") for item in items]
-
-
-def _environment_dict(environment: Any) -> dict[str, Any]:
-    if isinstance(environment, dict):
-        return {str(k): v for k, v in environment.items()}
-    if isinstance(environment, list):
-        result: dict[str, Any] = {}
-        for item in environment:
-            key, sep, value = str(item).partition("=")
-            result[key] = value if sep else None
-        return result
-    return {}

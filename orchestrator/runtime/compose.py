@@ -66,6 +66,7 @@ SEED_EVICTION_SECONDS = 3600.0
 class ComposeRuntime(Runtime):
     name = NAME
     restores_seeds = True  # a repository's `seed` (data_seeds.py)
+    routes_services = True  # x-preview's services, published on 127.0.0.1 like the app
 
     def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None, empty_seeds: bool = True,
                  data_seeds: DataSeeds | None = None) -> None:

@@ -82,7 +82,7 @@ class Compose:
     def logs(self, project: str, compose_file: Path, service: str | None, tail: int) -> str:
         """The last `tail` lines a service (or every service) printed; not written to the log by itself."""
         return self._compose(project, compose_file, ["logs", "--no-color", "--tail", str(tail),
-                                                     *([service] if service else [])],
+                                                     *(["--", service] if service else [])],
                              compose_file.parent, None, timeout=60)
 
     def down(self, project: str, compose_file: Path | None, log: DeploymentLog | None) -> None:

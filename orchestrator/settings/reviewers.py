@@ -10,7 +10,7 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
-from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label
+from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label, route_host_label
 from orchestrator.settings.source import ENV_SOURCE
 
 
@@ -49,19 +49,22 @@ class ReviewerSettings(BaseSettings):
             raise ValueError("\n".join(problems))
         return self
 
-    def preview_url(self, slug: str, pr: int) -> str:
+    def preview_url(self, slug: str, pr: int, route: str | None = None) -> str:
         """The URL in comments and records: `{PREVIEW_BASE_URL}/{projectSlug}/pr-{N}/` (path routing), or
-        `http(s)://{slug}-pr-{N}.{PREVIEW_DOMAIN}[:port]/` (host routing; https with PREVIEW_TLS_CERT)."""
+        `http(s)://{slug}-pr-{N}.{PREVIEW_DOMAIN}[:port]/` (host routing; https with PREVIEW_TLS_CERT). `route`: a
+        routed service's (`…/pr-{N}/{route}/`, or the host `{route}--{label}`)."""
         if self.preview_routing == "host":
             tls = self.preview_tls_cert is not None
             port, default = (self.preview_tls_port, 443) if tls else (self.proxy_listen_port, 80)
             shown = "" if port == default else f":{port}"
-            return f"{'https' if tls else 'http'}://{self.preview_host(slug, pr)}{shown}/"
-        return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/"
+            return f"{'https' if tls else 'http'}://{self.preview_host(slug, pr, route)}{shown}/"
+        return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/{route + '/' if route else ''}"
 
-    def preview_host(self, slug: str, pr: int) -> str:
-        """Host routing: the preview's own host name, `{label}.{PREVIEW_DOMAIN}` (preview_host_label)."""
-        return f"{preview_host_label(slug, pr)}.{self.preview_domain or 'localhost'}"
+    def preview_host(self, slug: str, pr: int, route: str | None = None) -> str:
+        """Host routing: the preview's own host name, `{label}.{PREVIEW_DOMAIN}` (preview_host_label), or a routed
+        service's (route_host_label)."""
+        label = route_host_label(route, slug, pr) if route else preview_host_label(slug, pr)
+        return f"{label}.{self.preview_domain or 'localhost'}"
 
 
 MAX_HOST_NAME = 238  # what server_names_hash_bucket_size 256 holds (setup-nginx's site sets it)

@@ -4,9 +4,9 @@ http_bodies.py's; a code host's webhook payloads are its plugin's: orchestrator/
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from orchestrator.common.naming import CODEHOST, preview_subject, repository_identity
 
@@ -97,6 +97,19 @@ def event_for_record(record: DeploymentRecord, action: EventAction, delivery_id:
     )
 
 
+class PreviewRoute(BaseModel):
+    """A service of the preview routed besides `app` (a repository compose file's `x-preview`)."""
+
+    model_config = ConfigDict(title="PreviewRoute", frozen=True)
+
+    name: str = Field(description="The route's name: its path `/{projectSlug}/pr-{N}/{name}/`, or its host "
+                                  "`{name}--{label}.{PREVIEW_DOMAIN}`")
+    service: str = Field(description="The compose service it reaches")
+    port: int = Field(description="The host port (127.0.0.1) nginx proxies to")
+    healthCheckPath: str
+    url: str
+
+
 class DeploymentRecord(BaseModel):
     """One tracked preview, as stored and as returned by `GET /api/previews`."""
 
@@ -149,6 +162,9 @@ class DeploymentRecord(BaseModel):
     wokeAt: datetime | None = Field(
         default=None, description="When the preview last woke from sleep; null if it never slept"
     )
+    routes: list[PreviewRoute] = Field(
+        default_factory=list, description="Services routed besides the app (x-preview in the repository's compose "
+        "file), each with its own URL; empty for most previews")
     secretsScope: Literal["deployment", "repository"] = Field(
         default="deployment", description="What the preview's database password and derived secrets are keyed "
         "by: its repository and deployment id (previews deployed since 0.2), or the deployment id alone (older "
@@ -196,6 +212,19 @@ class PortAllocation(BaseModel):
 
     exposedAppPort: int
     exposedDbPort: int
+    # the host ports of the services routed besides the app (x-preview): route name -> port, from the app's pool
+    routedPorts: dict[str, int] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _spec_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The spec's shape (two ports) for a preview that routes nothing besides its app."""
+        data: dict[str, Any] = handler(self)
+        if not self.routedPorts:
+            data.pop("routedPorts", None)
+        return data
+
+    def ports(self) -> set[int]:
+        return {self.exposedAppPort, self.exposedDbPort, *self.routedPorts.values()}
 
 
 class StoreFile(BaseModel):

@@ -138,12 +138,12 @@ def subject_of(deployment_id: str, repository: str = "github/acme/api") -> str:
 
 
 @contextmanager
-def nginx_where_workers_look(prefix: str = "po-routes-") -> Iterator[Nginx]:
+def nginx_where_workers_look(prefix: str = "po-routes-", all_addresses: bool = False) -> Iterator[Nginx]:
     """nginx with its routes where its workers (nobody) can look, as /etc/nginx/preview-locations is on a host
-    (pytest's temporary directories are private to root); removed afterwards."""
+    (pytest's temporary directories are private to root); removed afterwards. `all_addresses`: Nginx's."""
     directory = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     directory.chmod(0o755)
-    server = Nginx(directory / "nginx", directory / "routes").start()
+    server = Nginx(directory / "nginx", directory / "routes", all_addresses=all_addresses).start()
     try:
         yield server
     finally:

@@ -8,6 +8,7 @@ import logging
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -15,14 +16,14 @@ from urllib.parse import urlsplit
 from orchestrator.adapters.nginx.activity import ActivityFiles
 from orchestrator.adapters.nginx.errors import ProxyError
 from orchestrator.adapters.nginx.flags import RouteFlags
-from orchestrator.adapters.nginx.route import Routing, route_text
+from orchestrator.adapters.nginx.route import RoutedPort, Routing, route_text
 from orchestrator.adapters.nginx.served import SERVED_TIMEOUT, Probe, wait_served
 from orchestrator.adapters.nginx.users import USERS_FILE, UsersFile
 from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
-from orchestrator.common.naming import preview_host_label
+from orchestrator.common.naming import preview_host_label, route_host_label
 from orchestrator.common.preview_tokens import TOKEN_PARAMETER, sign_preview_token, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from orchestrator.settings import Settings
 
 _logger = logging.getLogger("orchestrator.adapters.nginx")
+Routes = Sequence[tuple[str, int]]  # the services routed besides the app: (route name, port)
 
 
 # The app a route proxies to (its first proxy_pass that is not the service's: the route's own location comes first).
@@ -67,8 +69,10 @@ class Proxy(RouteFlags, ActivityFiles):
             _logger.warning("users file not written: %s", exc)
         return proxy
 
-    def host_name(self, slug: str, pr: int) -> str:
-        return f"{preview_host_label(slug, pr)}.{self.routing.domain}"
+    def host_name(self, slug: str, pr: int, route: str | None = None) -> str:
+        """Host routing: the preview's host name, or that of one of its routed services."""
+        label = route_host_label(route, slug, pr) if route else preview_host_label(slug, pr)
+        return f"{label}.{self.routing.domain}"
 
     def path(self, slug: str, pr: int) -> Path:
         """The preview's file: a location beside the others (path routing), or a server in SERVERS_DIR."""
@@ -89,15 +93,17 @@ class Proxy(RouteFlags, ActivityFiles):
         return self.routing.users_file or self.config_dir / USERS_FILE
 
     def route(self, slug: str, pr: int, deployment_id: str, port: int, app_host: str = "127.0.0.1",
-              guarded: bool | None = None, *, subject: str) -> str:
+              guarded: bool | None = None, *, subject: str, routes: Routes = ()) -> str:
         """The route's text (route.py); `guarded`: it checks its flag (default: when flags_usable); `subject`: the
-        preview of its repository (a record's or event's `subject`), which its wake key is signed for."""
+        preview of its repository (a record's or event's `subject`), which its wake key is signed for; `routes`:
+        the services routed besides the app, (name, port) each."""
         guarded = self.flags_usable() if guarded is None else guarded
         woken = self.routing.sleep or self.routing.hand_off
         return route_text(self.routing, slug, pr, deployment_id, port, app_host, host_name=self.host_name(slug, pr),
                           flag=self.flag_path(slug, pr) if guarded else None, activity=self.activity_path(slug, pr),
                           users_file=self.users_file, wake_key=self._wake_key(subject) if woken else None,
-                          public_host=self._public_host, listen_port=self._listen_port)
+                          public_host=self._public_host, listen_port=self._listen_port,
+                          routes=[RoutedPort(name, routed, self.host_name(slug, pr, name)) for name, routed in routes])
 
     def reviewer_link(self, url: str, subject: str, now: float | None = None) -> str:
         """The link of the ready comment: the preview's URL, with PREVIEW_PROTECTION=token a signed token that
@@ -114,11 +120,12 @@ class Proxy(RouteFlags, ActivityFiles):
             raise ProxyError("no wake key file configured (Routing.wake_key)")
         return wake_key(read_or_create(self.routing.wake_key, random_key), subject)
 
-    def _probe(self, slug: str, pr: int) -> tuple[str, str, str | None]:
-        """Where to ask nginx for the preview: URL, Host header, TLS server name."""
+    def _probe(self, slug: str, pr: int, route: str | None = None) -> tuple[str, str, str | None]:
+        """Where to ask nginx for the preview (or one of its routed services): URL, Host header, TLS server name."""
         if self.routing.mode == "path":
-            return f"http://127.0.0.1:{self._listen_port}/{slug}/pr-{pr}/", self._public_host, None
-        host = self.host_name(slug, pr)
+            under = f"{route}/" if route else ""
+            return f"http://127.0.0.1:{self._listen_port}/{slug}/pr-{pr}/{under}", self._public_host, None
+        host = self.host_name(slug, pr, route)
         if self.routing.tls:
             return f"https://127.0.0.1:{self.routing.tls_port}/", host, host
         return f"http://127.0.0.1:{self._listen_port}/", host, None
@@ -133,15 +140,26 @@ class Proxy(RouteFlags, ActivityFiles):
         wait_served(probe, deployment_id, log, control, timeout, closed)
         self._pending.discard(path)
 
+    def wait_routes_served(self, slug: str, pr: int, deployment_id: str, routes: Routes, log: DeploymentLog | None,
+                           control: FlowControl, timeout: float = SERVED_TIMEOUT) -> None:
+        """Each routed service's route answers too (after `wait_served`: the reload that loaded them has settled)."""
+        flag = self.flag_path(slug, pr)
+        guarded = bool(self._guarded.get(self.path(slug, pr)))
+        for name, _port in routes:
+            url, host, sni = self._probe(slug, pr, name)
+            probe = Probe(url, host, sni, self.routing.protection, False, flag, lambda: guarded and flag.exists())
+            wait_served(probe, deployment_id, log, control, timeout)
+
     def install(self, slug: str, pr: int, deployment_id: str, port: int, log: DeploymentLog | None,
-                served: bool = False, host: str = "127.0.0.1", closed: bool = False, *, subject: str) -> None:
+                served: bool = False, host: str = "127.0.0.1", closed: bool = False, *, subject: str,
+                routes: Routes = ()) -> None:
         """Write the route, test the whole config, reload; restore the previous file if the test fails.
 
         `served`: nginx is known to serve this file (the preview was running). An update keeps its ports, so
         the route is then unchanged and nginx is left alone: a reload would only drop its open connections.
         `host`: where the app answers (127.0.0.1, or a swarm node's address: Runtime `app_address`).
         `closed`: the route answers 404 until `open` (a new preview's, loaded while the app builds); else it is
-        opened first and serves with the reload."""
+        opened first and serves with the reload. `routes`: the services routed besides the app, (name, port)."""
         guarded = closed or self.flags_usable()  # decided once: another deploy may stop the flags meanwhile
         if closed and not self.flags_usable():
             raise ProxyError("a route cannot be loaded closed: nginx's workers cannot reach its flag")
@@ -152,7 +170,7 @@ class Proxy(RouteFlags, ActivityFiles):
         path, other = self.path(slug, pr), self._other_path(slug, pr)
         previous = path.read_bytes() if path.exists() else None
         left = other.read_bytes() if other.exists() else None  # the route of the other routing mode
-        wanted = self.route(slug, pr, deployment_id, port, host, guarded, subject=subject)
+        wanted = self.route(slug, pr, deployment_id, port, host, guarded, subject=subject, routes=routes)
         self.write_users_file()
         if self.routing.sleep:
             self._create_activity(slug, pr)
@@ -182,15 +200,16 @@ class Proxy(RouteFlags, ActivityFiles):
                 other.write_bytes(left)
             raise
 
-    def renew(self, routes: list[tuple[str, int, str, str]]) -> list[str]:
-        """Rewrite the open routes of `routes` (slug, pr, deployment id, subject) that the service of today would
+    def renew(self, routes: list[tuple[str, int, str, str, Routes]]) -> list[str]:
+        """Rewrite the open routes of `routes` (slug, pr, deployment id, subject, routed services) that the service
+        of today would
         write otherwise — a route of an older version honours what today's does not (an app's `X-Accel-*`), or
         carries a wake key of another form — keeping where they proxy to; one test and one reload for all, and
         every file put back if the test fails. A closed route is left to its deploy. Returns the ids renewed."""
         changed: dict[Path, bytes] = {}
         renewed = []
         try:
-            for slug, pr, deployment_id, subject in routes:
+            for slug, pr, deployment_id, subject, routed in routes:
                 path = self.path(slug, pr)
                 try:
                     text = path.read_text()
@@ -203,7 +222,8 @@ class Proxy(RouteFlags, ActivityFiles):
                 guarded = "if (!-f " in text
                 if found is None or (guarded and not self.flag_path(slug, pr).exists()):
                     continue
-                wanted = self.route(slug, pr, deployment_id, int(found[2]), found[1], guarded, subject=subject)
+                wanted = self.route(slug, pr, deployment_id, int(found[2]), found[1], guarded, subject=subject,
+                                    routes=routed)
                 if wanted != text:
                     changed[path] = text.encode()
                     tmp = path.with_suffix(".conf.tmp")

@@ -8,27 +8,29 @@ signed link set), its closed check (the flag), and with sleep or hand-off the wa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
-from orchestrator.common.preview_tokens import TOKEN_PARAMETER, WOKEN_PREFIX
+from orchestrator.common.preview_tokens import ROUTE_WOKEN_PREFIX, TOKEN_PARAMETER, WOKEN_PREFIX
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
 
 HEADER = "# Written by Preview Orchestrator for {deployment_id}; removed on cleanup.\n"
 
-PATH_LOCATION = r"""location /{slug}/pr-{pr}/ {{
+PATH_LOCATION = r"""location /{prefix}/ {{
 {closed}{guard}    proxy_pass http://{app_host}:{port}/;
-    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
+    proxy_set_header X-Forwarded-Prefix /{prefix};
     # An app that knows nothing of the prefix still works: redirects to its own root (relative, to 127.0.0.1 or
-    # to the public host) come back under the prefix, cookies are scoped to it; other hosts are left alone.
-    proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{slug}/pr-{pr}/)(.*)$"
-                   $scheme://$http_host/{slug}/pr-{pr}/$1;
-    proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
+    # to the public host) come back under the prefix, cookies are scoped to it; other hosts are left alone, and so
+    # is anything under the preview's own prefix (a routed service's redirect or cookie for the app's pages).
+    proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{preview}/)(.*)$"
+                   $scheme://$http_host/{prefix}/$1;
+    proxy_cookie_path "~^/(?!{preview}/)(.*)$" /{prefix}/$1;
 {proxied}{sleep}}}
 """
 
@@ -122,7 +124,7 @@ ACTIVITY_LINE = """    access_log {activity} combined if=$upstream_addr;
 # nginx's own 502/504 — nothing listens on the app's port: the preview sleeps, or an update stopped the old app
 # before the new one started — goes to the wake location, inside the route (the protection has already let the
 # request through): the service wakes a sleeping preview, and says "being updated" while a deploy runs.
-HAND_OFF_LINE = """    error_page 502 504 = @preview-wake-{deployment_id};
+HAND_OFF_LINE = """    error_page 502 504 = @preview-wake-{wake};
 """
 
 # The wake location asks the service (GET, no body, no cookies or credentials of the reviewer, the route's key,
@@ -132,7 +134,7 @@ HAND_OFF_LINE = """    error_page 502 504 = @preview-wake-{deployment_id};
 # under the preview}`, which nginx serves from the app now awake (an internal location: no client reaches it
 # directly), or answers itself (a "waking up" page, a 503 with Retry-After). A named location takes no URI in
 # proxy_pass, hence the rewrite.
-WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
+WAKE_LOCATIONS = """location @preview-wake-{wake} {{
     rewrite ^ /api/preview-wake/{deployment_id}? break;
     proxy_method GET;
     proxy_pass http://{service};
@@ -141,6 +143,7 @@ WAKE_LOCATIONS = """location @preview-wake-{deployment_id} {{
     proxy_set_header Cookie "";
     proxy_set_header Authorization "";
     proxy_set_header X-Preview-Wake-Key {key};
+    proxy_set_header X-Preview-Route "{route}";
     proxy_set_header X-Original-URI $request_uri;
     proxy_set_header X-Original-Method $request_method;
     proxy_set_header X-Request-Age $request_time;
@@ -155,10 +158,10 @@ location {woken}/ {{
 {app_extra}{proxied}{activity_log}}}
 """
 # The path route's own handling of the prefix, for the app's location of the wake (the same lines as PATH_LOCATION's).
-WAKE_PATH_LINES = r"""    proxy_set_header X-Forwarded-Prefix /{slug}/pr-{pr};
-    proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{slug}/pr-{pr}/)(.*)$"
-                   $scheme://$http_host/{slug}/pr-{pr}/$1;
-    proxy_cookie_path "~^/(?!{slug}/pr-{pr}/)(.*)$" /{slug}/pr-{pr}/$1;
+WAKE_PATH_LINES = r"""    proxy_set_header X-Forwarded-Prefix /{prefix};
+    proxy_redirect "~^(?:https?://(?:127\.0\.0\.1:{port}|{public_name}(?::\d+)?))?/(?!{preview}/)(.*)$"
+                   $scheme://$http_host/{prefix}/$1;
+    proxy_cookie_path "~^/(?!{preview}/)(.*)$" /{prefix}/$1;
 """
 HOST_SERVER = """server {{
     listen {listen};
@@ -216,51 +219,80 @@ class Routing:
         return self.tls_cert is not None and self.tls_key is not None
 
 
+@dataclass(frozen=True)
+class RoutedPort:
+    """A service routed besides the app: its route's name, where it answers, and its host name (host routing)."""
+
+    name: str
+    port: int
+    host_name: str
+
+
 def route_text(routing: Routing, slug: str, pr: int, deployment_id: str, port: int, app_host: str, *,
                host_name: str, flag: Path | None, activity: Path, users_file: Path | None, wake_key: str | None,
-               public_host: str, listen_port: int) -> str:
+               public_host: str, listen_port: int, routes: Sequence[RoutedPort] = ()) -> str:
     """The route's text: where the app answers (`app_host`, `port`), its name under host routing (`host_name`),
     the flag it checks (`flag`, None: none), its activity file, the users file of basic protection, the wake key
-    of its wake location (needed with sleep or hand-off), and PREVIEW_BASE_URL's host and nginx's port."""
-    guard, extra = "", ""
+    of its wake location (needed with sleep or hand-off), PREVIEW_BASE_URL's host and nginx's port, and the
+    services routed besides the app (`routes`: a location `/{slug}/pr-{N}/{name}/` each, or a server of their own
+    host name), each with the same protection, flag, activity file and wake as the app's."""
+    guard, token = "", ""
     if routing.protection == "basic":
         guard = BASIC_GUARD.format(deployment_id=deployment_id, users_file=users_file)
     elif routing.protection == "token":
         guard = TOKEN_GUARD.format(deployment_id=deployment_id)
-        extra = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
+        token = TOKEN_LOCATIONS.format(deployment_id=deployment_id, service=routing.service, denied=DENIED_PAGE)
     closed = CLOSED_LINES.format(flag=flag, deployment_id=deployment_id) if flag is not None else ""
     proxied = PROXIED.format(deployment_id=deployment_id)
     public_name = re.escape(public_host.rsplit(":", 1)[0])
-    sleep = ""
-    if routing.sleep or routing.hand_off:
-        sleep = (ACTIVITY_LINE.format(activity=activity) if routing.sleep else "") + \
-            HAND_OFF_LINE.format(deployment_id=deployment_id)
-        path_mode = routing.mode == "path"
-        extra += WAKE_LOCATIONS.format(
-            deployment_id=deployment_id, service=routing.service, key=wake_key,
-            activity_log=f"    access_log {activity} combined;\n" if routing.sleep else "",
-            app_host=app_host, port=port, proxied=proxied,
-            woken=WOKEN_PREFIX + deployment_id,
-            app_extra=WAKE_PATH_LINES.format(slug=slug, pr=pr, port=port, public_name=public_name)
-            if path_mode else "")
-    if routing.mode == "path":
-        location = PATH_LOCATION.format(slug=slug, pr=pr, port=port, app_host=app_host, guard=guard, closed=closed,
-                                        proxied=proxied, sleep=sleep, public_name=public_name)
-        return HEADER.format(deployment_id=deployment_id) + location + extra
-    body = (HOST_LOCATION.format(port=port, app_host=app_host, guard=_indent(guard), closed=_indent(closed),
-                                 proxied=_indent(proxied),
-                                 sleep=_indent(sleep))
-            + _indent(extra))
-    host = host_name
+    path_mode = routing.mode == "path"
+
+    def one(route: RoutedPort | None) -> tuple[str, str]:
+        """A route's location and its wake locations: the app's (None), or a routed service's."""
+        target = port if route is None else route.port
+        preview = f"{slug}/pr-{pr}"
+        prefix = preview + ("" if route is None else f"/{route.name}")
+        wake_name = deployment_id if route is None else f"{deployment_id}--{route.name}"
+        sleep, wake = "", ""
+        if routing.sleep or routing.hand_off:
+            sleep = (ACTIVITY_LINE.format(activity=activity) if routing.sleep else "") + \
+                HAND_OFF_LINE.format(wake=wake_name)
+            wake = WAKE_LOCATIONS.format(
+                wake=wake_name, deployment_id=deployment_id, service=routing.service, key=wake_key,
+                route="" if route is None else route.name,
+                activity_log=f"    access_log {activity} combined;\n" if routing.sleep else "",
+                app_host=app_host, port=target, proxied=proxied,
+                woken=WOKEN_PREFIX + deployment_id if route is None
+                else f"{ROUTE_WOKEN_PREFIX}{deployment_id}/{route.name}",
+                app_extra=WAKE_PATH_LINES.format(prefix=prefix, preview=preview, port=target, public_name=public_name)
+                if path_mode else "")
+        if path_mode:
+            return PATH_LOCATION.format(prefix=prefix, preview=preview, port=target, app_host=app_host, guard=guard,
+                                        closed=closed, proxied=proxied, sleep=sleep, public_name=public_name), wake
+        return HOST_LOCATION.format(port=target, app_host=app_host, guard=_indent(guard), closed=_indent(closed),
+                                    proxied=_indent(proxied), sleep=_indent(sleep)), wake
+
+    location, wake = one(None)
+    if path_mode:  # one server (the site's): the token's locations once
+        return HEADER.format(deployment_id=deployment_id) + location + token + wake + "".join(
+            "".join(one(route)) for route in routes)
+    text = HEADER.format(deployment_id=deployment_id) + _servers(routing, host_name, listen_port, deployment_id,
+                                                                 location + _indent(token + wake))
+    for route in routes:
+        location, wake = one(route)
+        text += _servers(routing, route.host_name, listen_port, deployment_id, location + _indent(token + wake))
+    return text
+
+
+def _servers(routing: Routing, host: str, listen_port: int, deployment_id: str, body: str) -> str:
+    """A host's server: plain, or with TLS a plain one that redirects and the TLS one."""
     if not routing.tls:
-        return HEADER.format(deployment_id=deployment_id) + HOST_SERVER.format(
-            listen=listen_port, host=host, tls="", body=body)
+        return HOST_SERVER.format(listen=listen_port, host=host, tls="", body=body)
     suffix = "" if routing.tls_port == 443 else f":{routing.tls_port}"
     plain = HOST_SERVER.format(listen=listen_port, host=host, tls="",
                                body=HTTPS_REDIRECT.format(deployment_id=deployment_id, port_suffix=suffix))
-    secure = HOST_SERVER.format(listen=f"{routing.tls_port} ssl", host=host, body=body,
-                                tls=TLS_LINES.format(cert=routing.tls_cert, key=routing.tls_key))
-    return HEADER.format(deployment_id=deployment_id) + plain + secure
+    return plain + HOST_SERVER.format(listen=f"{routing.tls_port} ssl", host=host, body=body,
+                                      tls=TLS_LINES.format(cert=routing.tls_cert, key=routing.tls_key))
 
 
 def _indent(text: str) -> str:

@@ -33,7 +33,7 @@ import falcon
 from falcon.asgi import Request, Response
 
 from orchestrator.common.naming import is_valid_deployment_id
-from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
+from orchestrator.common.preview_tokens import ROUTE_WOKEN_PREFIX, WOKEN_PREFIX, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.events.dispatcher import Dispatcher
 from orchestrator.events.inbox import Inbox, InboxError
@@ -48,6 +48,7 @@ BROWSER_WAIT_SECONDS = 1.5  # a browser gets the app's answer if it is awake by 
 CLIENT_WAIT_SECONDS = 60.0  # other clients wait for the app (nginx waits 120 s for this answer)
 REFRESH_SECONDS = 1
 KEY_HEADER = "X-Preview-Wake-Key"
+ROUTE_HEADER = "X-Preview-Route"  # the routed service (x-preview) whose route the request came by; empty: the app
 REPLAYED = ("GET", "HEAD")  # methods nginx's internal redirect keeps
 # A request came this long before the wake finished and still counts as one that found the preview asleep: the
 # request's age (nginx's $request_time) has millisecond resolution and the two clocks are read apart.
@@ -119,16 +120,25 @@ class PreviewWakeResource:
             resp.location = original if _plain(original) else "/"
             return
         resp.status = falcon.HTTP_200
-        path = self._under_preview(original, record)
-        resp.set_header("X-Accel-Redirect", f"{WOKEN_PREFIX}{record.deploymentId}{path}")
+        # Which of the preview's routes the request came by: nginx's wake location of that route says (it sets the
+        # header itself, empty for the app's, so a client's own never reaches here); a name the record does not
+        # route goes to the app.
+        route = req.get_header(ROUTE_HEADER) or ""
+        if route not in {known.name for known in record.routes}:
+            route = ""
+        path = self._under_preview(original, record, route)
+        woken = (f"{ROUTE_WOKEN_PREFIX}{record.deploymentId}/{route}" if route
+                 else f"{WOKEN_PREFIX}{record.deploymentId}")
+        resp.set_header("X-Accel-Redirect", f"{woken}{path}")
 
-    def _under_preview(self, original: str, record: DeploymentRecord) -> str:
-        """The request's path and query as the app sees them: under path routing without the preview's prefix."""
+    def _under_preview(self, original: str, record: DeploymentRecord, route: str = "") -> str:
+        """The request's path and query as the app (or the routed service `route`) sees them: under path routing
+        without the route's prefix."""
         if not _plain(original):
             return "/"
         if self._settings.preview_routing == "host":
             return original
-        prefix = f"/{record.projectSlug}/pr-{record.prNumber}"
+        prefix = f"/{record.projectSlug}/pr-{record.prNumber}" + (f"/{route}" if route else "")
         return original.removeprefix(prefix) if original.startswith(prefix + "/") else "/"
 
     def _waiting(self, resp: Response, record: DeploymentRecord, browser: bool) -> None:
