@@ -6,6 +6,7 @@ replaced by the stand-in, as IMAGE_OVERRIDES does for the built-in templates).""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 from tests.support.records import sample_record, track
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 from tests.support.standins import STANDIN_OVERRIDES
+from tests.test_routing import loopback_client
 from tests.test_runtime_seam import RecordingRuntime, engine_with, event
 from tests.test_sleep_e2e import IDLE, wait_asleep
 
@@ -485,6 +487,35 @@ def test_a_request_to_the_api_route_of_a_sleeping_preview_wakes_it_and_gets_the_
         assert answer.status_code == 200 and answer.text == f"hello from the API of {main}"
         assert stack.records()[f"{SLUG}-{pr}"]["status"] == "running"
         assert stack.logs(pr).count("a request came: waking up") == 1
+        stack.close(pr, repo, repo.sha_a)
+    finally:
+        stop_stack(stack)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_each_route_of_a_protected_preview_opens_from_its_own_signed_link(tmp_path: Path) -> None:
+    """Token protection under host routing: each route is a host of its own, so each gets its own link."""
+    stack = start_stack(tmp_path, nginx_all_addresses=True, PREVIEW_ROUTING="host", PREVIEW_DOMAIN=DOMAIN,
+                        PREVIEW_PROTECTION="token")
+    try:
+        pr = 93
+        repo, record = deploy_example(stack, pr, "feature/system-token")
+        port = stack.nginx.port
+        api = f"http://api--{SLUG}-pr-{pr}.{DOMAIN}:{port}/"
+        assert [route["url"] for route in record["routes"]] == [api]  # the record keeps the clean URLs
+        comment = stack.wait_comment(pr, "Also routed")
+        link = re.search(r"- `api`: (\S+)", comment)[1]
+        assert link.startswith(f"{api}?preview_token=")
+        with loopback_client() as stranger:
+            refused = stranger.get(f"{api}hello")
+            assert refused.status_code == 401 and "This preview is protected" in refused.text
+        with loopback_client() as reviewer:
+            opened = reviewer.get(link)
+            assert opened.status_code == 302 and opened.headers["location"] == "/"
+            answer = reviewer.get(f"{api}hello")
+            assert answer.status_code == 200
+            assert answer.text == f"hello from the API of http://{SLUG}-pr-{pr}.{DOMAIN}:{port}/"
         stack.close(pr, repo, repo.sha_a)
     finally:
         stop_stack(stack)
