@@ -115,8 +115,10 @@ def test_the_app_two_routes_of_one_name_and_too_many_routes_are_refused() -> Non
                                                  f"({MAX_ROUTES + 1} declare x-preview)"]
 
 
-def test_docs_show_the_example_s_compose_file_as_written() -> None:
-    section = (EXAMPLE.parents[1] / "docs" / "routing.md").read_text().split("## Several routed services", 1)[1]
+@pytest.mark.parametrize(("doc", "heading"), [("routing.md", "## Several routed services"),
+                                            ("plugins.md", "### A frontend and its API in one repository")])
+def test_docs_show_the_example_s_compose_file_as_written(doc: str, heading: str) -> None:
+    section = (EXAMPLE.parents[1] / "docs" / doc).read_text().split(heading, 1)[1]
     shown = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert shown == (EXAMPLE / "compose.preview.yml").read_text()
 

@@ -21,6 +21,7 @@ from orchestrator.adapters.git_mirror import Mirrors
 from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
+from orchestrator.common.naming import SHA_PATTERN, branch_problem
 
 # Overrides on every git command: no hook, no fsmonitor daemon, no helper program runs.
 HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "credential.helper=",
@@ -103,6 +104,25 @@ class Git:
             self._git(["remote", "set-url", "origin", "--", clone_url], work_dir, git_dir, clone_url, log, control,
                       local, codehost)
         self.checkout(clone_url, branch, sha, work_dir, git_dir, log, control, local, codehost)
+
+    def remote_head(self, clone_url: str, codehost: str | None) -> tuple[str, str]:
+        """The default branch of the repository at `clone_url` and its head commit, as the remote's HEAD says
+        (`git ls-remote --symref`: one request, no API call, no clone; a renamed default branch is seen too).
+        CloneRefused, CommandFailed, or ValueError for an answer that does not name both."""
+        if problem := clone_url_problem(clone_url, self._protocols):
+            raise CloneRefused(problem)
+        output = run(["git", *HARDENED, "ls-remote", "--symref", "--", clone_url, "HEAD"], cwd=None,
+                     env=self._environment(clone_url, False, codehost), timeout=self._timeout, log=None)
+        branch = sha = None
+        for line in output.splitlines():
+            value, _, name = line.partition("\t")
+            if name == "HEAD" and value.startswith("ref: refs/heads/"):
+                branch = value.removeprefix("ref: refs/heads/")
+            elif name == "HEAD":
+                sha = value
+        if branch is None or branch_problem(branch) or sha is None or not SHA_PATTERN.fullmatch(sha):
+            raise ValueError(f"{clone_url}: the remote's HEAD names no branch and commit ({output[:200]!r})")
+        return branch, sha
 
     def changed_since(self, clone_url: str, base: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
                       control: FlowControl | None = None, local: bool = False, codehost: str | None = None

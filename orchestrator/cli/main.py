@@ -18,8 +18,8 @@ def _client(args: argparse.Namespace) -> int:
     url = service_client.service_url(args.url)
     if args.command not in ("list", "up", "deliveries", "replay") and not is_valid_deployment_id(args.id):
         # Checked here too, so that an id like `../plugins` never becomes another URL.
-        print(f"preview-orchestrator: invalid deployment id {args.id!r} (expected {{projectSlug}}-{{prNumber}}, "
-              "e.g. acme-api-42)", file=sys.stderr)
+        print(f"preview-orchestrator: invalid deployment id {args.id!r} (expected {{projectSlug}}-{{prNumber}} or "
+              "{projectSlug}-base, e.g. acme-api-42)", file=sys.stderr)
         return 1
     try:
         if args.command == "list":

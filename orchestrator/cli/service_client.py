@@ -64,7 +64,7 @@ def previews_table(deployments: list[dict[str, Any]], now: datetime | None = Non
         status = d["status"] + (f" ({d['error']})" if d.get("error") else "")
         host = "local" if d.get("source") == "local" else d.get("codehost", "github")
         rows.append([d["deploymentId"], status if len(status) <= 60 else status[:57] + "...", host,
-                     f"#{d['prNumber']}",
+                     f"#{d['prNumber']}" if d["prNumber"] else "base",
                      d["branch"], (d["commitSha"] or "")[:7],
                      age(datetime.fromisoformat(d["createdAt"]), now or datetime.now(UTC)), d["url"]])
     return format_table(rows)

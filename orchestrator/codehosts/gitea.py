@@ -21,7 +21,14 @@ from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
 
 from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
-from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHostError,
+    CodeHostSpec,
+    repository_clone_url,
+    unreadable_item,
+)
 from orchestrator.plugin_api.deliveries import (
     Delivery,
     Ignored,
@@ -230,6 +237,9 @@ class Gitea(ApiCodeHost):
     def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
         return self._listed(self.api.check(self.api.request("pull", "GET", f"/repos/{owner}/{repo}/pulls/{number}"))
                             .json())
+
+    def clone_url(self, owner: str, repo: str) -> str | None:
+        return repository_clone_url(self.api, f"/repos/{owner}/{repo}", "clone_url")
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 50 a page (Gitea's default maximum)."""

@@ -18,8 +18,16 @@ import httpx
 from orchestrator.codehosts.github_app import AppTokens
 from orchestrator.codehosts.github_payload import listed_pull_request, parse_pull_request
 from orchestrator.plugin_api import Check, Metrics, hookimpl
-from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
+from orchestrator.plugin_api.codehost import (
+    ApiClient,
+    ApiCodeHost,
+    CodeHostError,
+    CodeHostSpec,
+    repository_clone_url,
+    unreadable_item,
+)
 from orchestrator.plugin_api.deliveries import (
+    BranchPush,
     Delivery,
     Ignored,
     PullRequestChange,
@@ -74,7 +82,7 @@ class GitHub(ApiCodeHost):
     delivery_header = "X-GitHub-Delivery"
     aliases = ("codehost",)  # the spec's path
     registration = "add a webhook with URL {url}, content type application/json, that secret, and the \"Pull " \
-                   "requests\" event"
+                   "requests\" event (and \"Pushes\" for BASE_PREVIEWS)"
 
     def __init__(self, api: ApiClient, url: str, token: str, secret: str, app: AppTokens | None = None) -> None:
         super().__init__(api, url, token, secret)
@@ -99,9 +107,9 @@ class GitHub(ApiCodeHost):
         if not signature_matches(self.secret, delivery.body, delivery.header("X-Hub-Signature-256"), "sha256="):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | BranchPush | Ignored:
         parsed = parse_pull_request(delivery.body, delivery.header(self.event_header))
-        if self.app is not None and isinstance(parsed, PullRequestChange | PullRequestComment):
+        if self.app is not None and isinstance(parsed, PullRequestChange | PullRequestComment | BranchPush):
             # A GitHub App's delivery names its installation (verified: the body is signed); the service's own
             # calls for other repositories look it up (GET /repos/{owner}/{repo}/installation).
             installation = json_object(delivery.body).get("installation")
@@ -130,6 +138,10 @@ class GitHub(ApiCodeHost):
         response = self.api.request("pull", "GET", f"/repos/{owner}/{repo}/pulls/{number}",
                                     headers=self._as(owner, repo))
         return listed_pull_request(self.api.check(response).json())
+
+    def clone_url(self, owner: str, repo: str) -> str | None:
+        """`GET /repos/{owner}/{repo}`: its `clone_url`."""
+        return repository_clone_url(self.api, f"/repos/{owner}/{repo}", "clone_url", self._as(owner, repo))
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 100 a page, each page conditional (ETag)."""

@@ -4,7 +4,7 @@ when a delivery is sent without it (the spec requires only the content type and 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
@@ -20,6 +20,7 @@ from orchestrator.plugin_api import (
 from orchestrator.plugin_api.codehost import CodeHostError
 from orchestrator.plugin_api.deliveries import (
     ACTIONS,
+    BranchPush,
     Ignored,
     PayloadModel,
     PullRequestChange,
@@ -89,7 +90,8 @@ class WebhookPayload(PayloadModel):
     repository: Repository
 
 
-def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange | PullRequestComment | Ignored:
+def parse_pull_request(body: bytes, event_type: str | None) -> (PullRequestChange | PullRequestComment | BranchPush |
+                                                                Ignored):
     """A verified delivery's body: its pull-request change, or why it is ignored; WebhookRejected(400) for a
     body that is not what GitHub sends."""
     document = json_object(body)
@@ -98,6 +100,8 @@ def parse_pull_request(body: bytes, event_type: str | None) -> PullRequestChange
         return Ignored("ping")
     if event_type == "issue_comment":
         return comment_of(document)
+    if event_type == "push":
+        return push_of(document)
     if event_type != "pull_request":
         return Ignored(f"event {event_type or '(none)'} is not handled")
     action = document.get("action")
@@ -212,4 +216,35 @@ def _event_of(document: dict[str, Any]) -> str | None:
         return "pull_request"
     if "zen" in document and "hook_id" in document:
         return "ping"
+    if "ref" in document and "after" in document and "pusher" in document:
+        return "push"
     return None
+
+
+class PushRepository(PayloadModel):
+    full_name: str = Field(max_length=200, pattern=r"^[^/]+/[^/]+$")
+    default_branch: str | None = Field(default=None, max_length=255)
+    clone_url: str | None = Field(default=None, max_length=2048)
+    pushed_at: int | None = Field(default=None, ge=0, le=2**40)  # epoch seconds in a push (an ISO time elsewhere)
+
+
+class PushPayload(PayloadModel):
+    """`push`: the ref, its new head (`after`: zeros when `deleted`), the repository's default branch."""
+
+    ref: str = Field(max_length=300)
+    after: str | None = Field(default=None, max_length=64)
+    deleted: bool = False
+    repository: PushRepository
+
+
+def push_of(document: dict[str, Any]) -> BranchPush:
+    try:
+        payload = PushPayload.model_validate(document)
+    except ValidationError as exc:
+        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+    owner, _, name = payload.repository.full_name.partition("/")
+    return BranchPush(owner=owner, name=name, ref=payload.ref, sha=payload.after,
+                      default_branch=payload.repository.default_branch, clone_url=payload.repository.clone_url,
+                      deleted=payload.deleted or set(payload.after or "0") == {"0"},
+                      pushed_at=None if payload.repository.pushed_at is None
+                      else datetime.fromtimestamp(payload.repository.pushed_at, UTC))

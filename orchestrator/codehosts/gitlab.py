@@ -171,6 +171,11 @@ class GitLab(ApiCodeHost):
         """`GET /projects/{path}/merge_requests/{iid}`, with the projects for the clone URL."""
         return next(iter(self._merge_requests(owner, repo, f"/merge_requests/{number}")), None)
 
+    def clone_url(self, owner: str, repo: str) -> str | None:
+        """The project's `http_url_to_repo`."""
+        project = self._project_info(self._project(owner, repo))
+        return project.http_url_to_repo if project else None
+
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /projects/{path}/merge_requests?state=opened`, 100 a page; the project itself (and a fork's source
         project) for the clone URLs, which the listing does not carry."""

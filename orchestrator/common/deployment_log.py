@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.common.naming import preview_segment
+
 
 @dataclass(frozen=True)
 class DeploymentLog:
@@ -42,4 +44,4 @@ class DeploymentLog:
 
 def deployment_log_path(deployments_dir: Path, slug: str, pr: int) -> Path:
     """Beside the work directory, never inside it: inside, it would enter the Docker build context."""
-    return deployments_dir / slug / f"pr-{pr}.log"
+    return deployments_dir / slug / f"{preview_segment(pr)}.log"

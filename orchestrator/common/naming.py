@@ -12,8 +12,12 @@ MAX_OWNER_SEGMENTS = 20
 REPO_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 MAX_SLUG = 140  # GitHub's longest owner-repo; compose names and host labels are derived from it
 SHA_PATTERN = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-# A deployment id is a lowercase slug, a hyphen and a pull-request number without leading zeros.
-DEPLOYMENT_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,160})-[1-9][0-9]{0,9}$")
+# A deployment id is a lowercase slug, a hyphen and a pull-request number without leading zeros, or `base` for the
+# standing preview of the default branch (BASE_PREVIEWS): a pull request's id ends in a digit, a base's never.
+DEPLOYMENT_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,160})-(?:[1-9][0-9]{0,9}|base)$")
+# The number a base preview carries where a pull request's goes (records, events, port allocation): no pull
+# request has it, and every name made from it says `base` (preview_segment).
+BASE = 0
 MAX_BRANCH_LENGTH = 255
 _BRANCH_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
@@ -60,7 +64,25 @@ def mirror_name(slug: str, repository: str) -> str:
 
 
 def deployment_id(slug: str, pr_number: int) -> str:
-    return f"{slug}-{pr_number}"
+    return f"{slug}-{'base' if pr_number == BASE else pr_number}"
+
+
+def preview_segment(pr: int) -> str:
+    """What a preview is called under its repository: `pr-{N}`, or `base` (paths, files, host labels, routes)."""
+    return "base" if pr == BASE else f"pr-{pr}"
+
+
+def preview_name(slug: str, pr: int) -> str:
+    """`{slug}-pr-{N}` or `{slug}-base`: the preview's files in PROXY_CONFIG_DIR, its containers' names."""
+    return f"{slug}-{preview_segment(pr)}"
+
+
+def parse_deployment_id(value: str) -> tuple[str, int]:
+    """A valid deployment id's slug and number (BASE for `{slug}-base`); ValueError for anything else."""
+    if not is_valid_deployment_id(value):
+        raise ValueError(f"{value[:200]!r} is not a deployment id")
+    slug, _, last = value.rpartition("-")
+    return slug, BASE if last == "base" else int(last)
 
 
 def is_valid_deployment_id(value: str) -> bool:
@@ -87,15 +109,16 @@ _SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")  # project_slug's output: neve
 
 
 def preview_host_label(slug: str, pr: int, room: int = DNS_LABEL_MAX) -> str:
-    """The DNS label of a preview under host routing: `{slug}-pr-{N}` when it fits 63 characters (`room`); else the
-    slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}`. A slug never holds `--`, so a shortened
-    label cannot equal a full one, and two different slugs differ in the hash (2^64 values)."""
-    if not _SLUG.match(slug) or pr < 1:
+    """The DNS label of a preview under host routing: `{slug}-pr-{N}` (or `{slug}-base`) when it fits 63 characters
+    (`room`); else the slug's start, `--`, 16 hex digits of the slug's SHA-256, `-pr-{N}` (`-base`). A slug never
+    holds `--`, so a shortened label cannot equal a full one, and two different slugs differ in the hash (2^64
+    values); a pull request's label ends in a digit, a base's never."""
+    if not _SLUG.match(slug) or pr < BASE:
         raise ValueError(f"{slug!r} / {pr} cannot make a host name")
-    label = f"{slug}-pr-{pr}"
+    label = preview_name(slug, pr)
     if len(label) <= room:
         return label
-    tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-pr-{pr}"
+    tail = f"--{hashlib.sha256(slug.encode()).hexdigest()[:16]}-{preview_segment(pr)}"
     return slug[: room - len(tail)].rstrip("-") + tail
 
 

@@ -118,7 +118,7 @@ class CodeHostReconcile(EventScheduler):
             return []
         deployments = self._store.read().deployments
         previews = {record.prNumber: record for record in deployments.values()
-                    if record.source == "codehost" and record.codehost == codehost
+                    if record.source == "codehost" and record.codehost == codehost and not record.is_base
                     and f"{record.repoOwner}/{record.repoName}".lower() == repository}
         found: list[Correction] = []
         open_numbers = {change.number for change in listing}

@@ -16,9 +16,9 @@ from orchestrator.common.naming import CODEHOST, deployment_id
 from orchestrator.events.commands import command_in
 from orchestrator.events.gating import CLEANUP, Gate
 from orchestrator.events.inbox import KEEP_FINISHED
-from orchestrator.flows.change_event import checked_slug, event_of
+from orchestrator.flows.change_event import base_event, checked_slug, event_of
 from orchestrator.plugin_api.codehost import CodeHost
-from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestComment, WebhookRejected
+from orchestrator.plugin_api.deliveries import BranchPush, Delivery, Ignored, PullRequestComment, WebhookRejected
 from orchestrator.state.records import PullRequestEvent
 
 __all__ = ["MAX_BODY_BYTES", "Ignored", "WebhookRejected", "event_of", "parse_delivery"]
@@ -29,14 +29,18 @@ _DELIVERY_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 
 
 def parse_delivery(host: CodeHost, delivery: Delivery, allowed_repos: frozenset[str],
-                   gate: Gate = Gate()) -> PullRequestEvent | Ignored:  # noqa: B008 - frozen, never changed
-    """A verified delivery of `host`: the event to process, or why it is ignored."""
+                   gate: Gate = Gate(), base_repos: frozenset[str] = frozenset()  # noqa: B008 - frozen
+                   ) -> PullRequestEvent | Ignored:
+    """A verified delivery of `host`: the event to process, or why it is ignored. `base_repos`: the host's
+    BASE_PREVIEWS, whose default branch's pushes update their base preview."""
     delivery_id = _delivery_id(host, delivery)
     change = host.parse(delivery)
     if isinstance(change, Ignored):
         return change
     if isinstance(change, PullRequestComment):
         return _comment(host, change, allowed_repos, delivery_id)
+    if isinstance(change, BranchPush):
+        return _push(host, change, allowed_repos, base_repos, delivery_id)
     about = (f"{change.owner}/{change.name}"[:300], change.number, change.action)
     try:
         if f"{change.owner}/{change.name}".lower() not in allowed_repos:
@@ -81,6 +85,27 @@ def _comment(host: CodeHost, comment: PullRequestComment, allowed_repos: frozens
         project_slug=slug, repo_owner=comment.owner, repo_name=comment.name, pr_number=comment.number,
         received_at=datetime.now(UTC), codehost=host.name, command=found[0], command_argument=found[1],
         command_author=comment.author[:255], command_author_id=comment.author_id)
+
+
+def _push(host: CodeHost, push: BranchPush, allowed_repos: frozenset[str], base_repos: frozenset[str],
+          delivery_id: str) -> PullRequestEvent | Ignored:
+    """A push: a `synchronize` of the repository's base preview when it is to the default branch."""
+    repository = f"{push.owner}/{push.name}"
+    about = (repository[:300], 0, "push")
+    if repository.lower() not in allowed_repos:  # (an organisation's webhook sends every repository's pushes)
+        return Ignored(f"a push to {repository[:200]}, which is not in ALLOWED_REPOS", about)
+    if repository.lower() not in base_repos:
+        return Ignored(f"a push to {repository[:200]}, which has no base preview (BASE_PREVIEWS)", about)
+    if push.branch is None or push.branch != push.default_branch or push.deleted:
+        return Ignored(f"a push to {push.ref[:200]}, not a new head of the default branch", about)
+    if not push.sha or not push.clone_url:
+        raise WebhookRejected(400, "Invalid payload: a push without its new head or clone URL")
+    try:
+        return base_event(host.name, push.owner, push.name, push.branch, push.sha, push.clone_url, "synchronize",
+                          delivery_id, pushed_at=push.pushed_at)
+    except WebhookRejected as rejected:
+        rejected.about = about
+        raise
 
 
 def _delivery_id(host: CodeHost, delivery: Delivery) -> str:

@@ -14,6 +14,7 @@ from orchestrator.adapters.git_mirror import Mirrors
 from orchestrator.adapters.nginx import Proxy
 from orchestrator.common.commands import DeploymentLog, deployment_log_path
 from orchestrator.common.host_env import HostEnv
+from orchestrator.common.naming import preview_segment
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
@@ -101,10 +102,10 @@ class FlowContext:
 
     def target(self, slug: str, pr: int, deployment_id: str) -> Target:
         root = self.settings.deployments_dir.resolve()
-        work = (root / slug / f"pr-{pr}").resolve()
+        work = (root / slug / preview_segment(pr)).resolve()
         if not work.is_relative_to(root) or work == root:
             raise FlowError("Invalid deployment path")
-        return Target(deployment_id, slug, pr, work, work.with_name(f"pr-{pr}.git"),
+        return Target(deployment_id, slug, pr, work, work.with_name(f"{preview_segment(pr)}.git"),
                       DeploymentLog(deployment_log_path(root, slug, pr)))
 
     def password_key(self) -> bytes:

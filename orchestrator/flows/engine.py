@@ -19,6 +19,7 @@ from datetime import datetime
 
 from orchestrator.common.flow_control import FlowControl, unlimited
 from orchestrator.flows import comments
+from orchestrator.flows.base_previews import BasePreviews
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.commands import CommandFlow
 from orchestrator.flows.context import Adapters, FlowContext
@@ -63,6 +64,7 @@ class DeployEngine:
         self.reconciler = Reconciler(self.context, self.reporter)
         self.sleep_flow = SleepFlow(self.context, self.reporter)
         self.command_flow = CommandFlow(self.context, self.reporter, self.deploy_flow, self.cleanup_flow)
+        self.bases = BasePreviews(self.context)
         # What tests and embedders reach for.
         self.settings, self.plugins, self.codehosts, self.metrics = settings, plugins, codehosts, metrics
         self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
@@ -92,6 +94,9 @@ class DeployEngine:
 
     def expired(self, now: datetime) -> list[DeploymentRecord]:
         return self.reconciler.expired(now)
+
+    def base_previews(self) -> list[tuple[PullRequestEvent, str]]:
+        return self.bases.due()
 
     def idle(self, now: datetime) -> list[tuple[DeploymentRecord, datetime]]:
         return self.sleep_flow.idle(now)

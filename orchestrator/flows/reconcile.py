@@ -9,10 +9,13 @@ import logging
 import shutil
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from orchestrator.adapters.leftovers import stop_marked_processes
 from orchestrator.adapters.nginx import ACTIVITY_DIR, OPEN_DIR, ProxyError
+from orchestrator.adapters.nginx.route import HEADER
 from orchestrator.adapters.nginx_site import SERVERS_DIR
+from orchestrator.common.naming import is_valid_deployment_id, parse_deployment_id, preview_name, preview_segment
 from orchestrator.flows import comments
 from orchestrator.flows.cleanup import incomplete
 from orchestrator.flows.context import FlowContext
@@ -58,11 +61,12 @@ class Reconciler:
             log.warning("removed git mirror %s: shared by every repository of its slug (the old layout)", name)
 
     def expired(self, now: datetime) -> list[DeploymentRecord]:
-        """Previews whose last deploy or update (`updatedAt`) is older than CLEANUP_TTL_DAYS."""
+        """Previews whose last deploy or update (`updatedAt`) is older than CLEANUP_TTL_DAYS; never a base preview
+        (it stands while its repository is in BASE_PREVIEWS)."""
         if self.c.settings.cleanup_ttl_days == 0:
             return []
         cutoff = now - timedelta(days=self.c.settings.cleanup_ttl_days)
-        return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff]
+        return [r for r in self.c.store.read().deployments.values() if r.updatedAt < cutoff and not r.is_base]
 
     def unfinished_cleanups(self) -> list[DeploymentRecord]:
         """Previews whose cleanup left something behind (the record says what): to be cleaned up again."""
@@ -98,24 +102,27 @@ class Reconciler:
             self.reporter.status(event, record.codehostDeploymentId, "failure", INTERRUPTED)
 
     def _remove_stale_routes(self, data: StoreFile) -> None:
-        routes = {f"{r.projectSlug}-pr-{r.prNumber}.conf" for r in data.deployments.values()}
-        # both routing modes' files: locations beside the site (path) and servers (host, SERVERS_DIR)
-        found = [*self.c.settings.proxy_config_dir.glob("*-pr-*.conf"),
-                 *self.c.settings.proxy_config_dir.glob(f"{SERVERS_DIR}/*-pr-*.conf")]
+        names = {preview_name(r.projectSlug, r.prNumber) for r in data.deployments.values()}
+        routes = {f"{name}.conf" for name in names}
+        # both routing modes' files: locations beside the site (path) and servers (host, SERVERS_DIR), of pull
+        # requests and base previews
+        directory = self.c.settings.proxy_config_dir
+        found = [*directory.glob("*-pr-*.conf"), *directory.glob(f"{SERVERS_DIR}/*-pr-*.conf")]
+        found += [path for path in (*directory.glob("*-base.conf"), *directory.glob(f"{SERVERS_DIR}/*-base.conf"))
+                  if _written_by_us(path)]  # (an operator's own `rate-base.conf` stays)
         stale = [p for p in found if p.name not in routes]
         for path in stale:
             path.unlink(missing_ok=True)
         if stale:
             self._quietly(lambda: self.c.proxy.reload(None))
         # activity files of sleep (adapters/nginx/proxy.py), after the reload: nginx no longer writes to them
-        logs = {f"{r.projectSlug}-pr-{r.prNumber}.log" for r in data.deployments.values()}
-        for path in self.c.settings.proxy_config_dir.glob(f"{ACTIVITY_DIR}/*-pr-*.log"):
+        logs = {f"{name}.log" for name in names}
+        for path in [*directory.glob(f"{ACTIVITY_DIR}/*-pr-*.log"), *directory.glob(f"{ACTIVITY_DIR}/*-base.log")]:
             if path.name not in logs:
                 path.unlink(missing_ok=True)
         # routes' flags (a route opens with its flag): none without a record, so no later route starts open
-        flags = {f"{r.projectSlug}-pr-{r.prNumber}" for r in data.deployments.values()}
-        for path in self.c.settings.proxy_config_dir.glob(f"{OPEN_DIR}/*-pr-*"):
-            if path.name not in flags:
+        for path in [*directory.glob(f"{OPEN_DIR}/*-pr-*"), *directory.glob(f"{OPEN_DIR}/*-base")]:
+            if path.name not in names:
                 path.unlink(missing_ok=True)
 
     def _renew_routes(self, data: StoreFile) -> None:
@@ -129,10 +136,12 @@ class Reconciler:
             log.warning("rewrote %d nginx routes written by an older version: %s", len(renewed), ", ".join(renewed))
 
     def _remove_stale_work_dirs(self, data: StoreFile, open_deployments: set[str]) -> None:
-        dirs = {(r.projectSlug, f"pr-{r.prNumber}") for r in data.deployments.values()}
-        dirs |= {(d.rsplit("-", 1)[0], f"pr-{d.rsplit('-', 1)[1]}") for d in open_deployments}
+        dirs = {(r.projectSlug, preview_segment(r.prNumber)) for r in data.deployments.values()}
+        dirs |= {(slug, preview_segment(pr)) for slug, pr in map(parse_deployment_id,
+                                                                  filter(is_valid_deployment_id, open_deployments))}
         root = self.c.settings.deployments_dir
-        for work in root.glob("*/pr-*") if root.is_dir() else []:
+        base = [path for name in ("base", "base.git", "base.build") for path in root.glob(f"*/{name}")]
+        for work in [*root.glob("*/pr-*"), *base] if root.is_dir() else []:
             name = work.name.removesuffix(".git").removesuffix(".build")
             if work.is_dir() and (work.parent.name, name) not in dirs:
                 log.warning("removing work directory %s with no record", work)
@@ -147,3 +156,12 @@ class Reconciler:
         except (RuntimeFailure, ProxyError, OSError) as exc:
             log.warning("%s", getattr(exc, "message", exc))
             return None
+
+
+def _written_by_us(path: Path) -> bool:
+    """A route file the service wrote (route.HEADER is its first line)."""
+    try:
+        with path.open("rb") as route:
+            return route.readline().startswith(HEADER.partition("{")[0].encode())
+    except OSError:
+        return False

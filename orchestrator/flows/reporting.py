@@ -26,8 +26,8 @@ class Reporter:
         self._settings = settings
 
     def _host(self, event: PullRequestEvent) -> CodeHost | None:
-        if event.local:
-            return None  # no pull request to report to
+        if event.local or event.is_base:
+            return None  # no pull request to report to (a base preview's is the list and the dashboard)
         host = self._codehosts.get(event.codehost)
         if host is None:
             log.warning("code host %s is not on: nothing reported", event.codehost,

@@ -9,6 +9,7 @@ from typing import Any
 import falcon.asgi
 import swagger_ui_bundle
 
+from orchestrator.events.base_previews import BasePreviewScheduler
 from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.codehost_reconcile import CodeHostReconcile
 from orchestrator.events.delivery_log import DeliveryLog
@@ -42,8 +43,8 @@ log = logging.getLogger("orchestrator")
 
 class Lifespan:
     """Start-up: reconcile, start the dispatcher, the TTL scheduler, the runtime watch, the cleanup retry, the
-    registry's garbage collection and (PREVIEW_IDLE_MINUTES) the sleep check; shutdown: stop them (ASGI
-    lifespan)."""
+    registry's garbage collection, (BASE_PREVIEWS) the base previews' look and (PREVIEW_IDLE_MINUTES) the sleep
+    check; shutdown: stop them (ASGI lifespan)."""
 
     def __init__(self, dispatcher: Dispatcher, inbox: Inbox, handler: EventHandler, settings: Settings,
                  schedulers: list[Periodic] | None = None) -> None:
@@ -86,6 +87,10 @@ class Lifespan:
             # Looked at every 10 minutes at most; run once the last run is an interval old (runtime/swarm/gc.py `due`)
             self._gc = RuntimeWatch(collect, min(interval, 600.0), "runtime garbage collection")
             self._gc.start()
+        bases = getattr(self._handler, "base_previews", None)
+        if bases is not None:  # standing previews of default branches (also to remove those no longer named)
+            self._schedulers.append(BasePreviewScheduler(bases, self._inbox, self._dispatcher,
+                                                         self._settings.reconcile_interval_minutes * 60))
         idle = getattr(self._handler, "idle", None)
         if idle is not None and self._settings.idle_seconds > 0:  # previews no request reached for a while
             self._sleep = SleepScheduler(idle, self._inbox, self._dispatcher,

@@ -29,4 +29,5 @@ def document_get(operation_id: str, summary: str, description: str, media: str,
 def deployment_parameter() -> dict[str, Any]:
     return {"name": "deploymentId", "in": "path", "required": True,
             "schema": {"type": "string", "pattern": DEPLOYMENT_ID_PATTERN.pattern},
-            "description": "{projectSlug}-{prNumber}; anything else is answered 400"}
+            "description": "{projectSlug}-{prNumber}, or {projectSlug}-base (BASE_PREVIEWS); anything "
+                           "else is answered 400"}

@@ -20,6 +20,7 @@ from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLim
 from orchestrator.plugin_api.checks import Check
 from orchestrator.plugin_api.codehost import ApiCodeHost, CodeHost, CodeHostSpec, unreadable_item
 from orchestrator.plugin_api.deliveries import (
+    BranchPush,
     Delivery,
     Ignored,
     PayloadModel,
@@ -85,6 +86,7 @@ __all__ = [
     "PayloadModel",
     "PullRequestChange",
     "PullRequestComment",
+    "BranchPush",
     "RateLimit",
     "WebhookRejected",
     "find_issue_comment",

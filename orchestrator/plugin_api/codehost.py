@@ -10,6 +10,7 @@ webhook path, `POST /webhook/{name}`, and for each delivery there:
    secret (compare in constant time: `signature_matches`);
 3. `parse(delivery)`: the pull-request change it reports, in the service's words (`PullRequestChange`), a new
    comment on a pull request (`PullRequestComment`: the service reads `/preview …` commands from it), or
+   a push to a branch (`BranchPush`: a base preview of BASE_PREVIEWS follows its default branch), or
    `Ignored(reason)` for anything else (a ping, another event, an action that changes nothing).
    `WebhookRejected(400, ...)` for a body that is not what the host sends. These types, and helpers to read a
    body, are in deliveries.py; GitHub's issue-comment endpoints, which Gitea shares, in issue_comments.py.
@@ -21,10 +22,10 @@ untrusted input until `verify` passed, and the payload's fields after it: bound 
 The API side is what a flow tells the pull request: its one comment (`upsert_comment`, `find_marked_comment`)
 and a status of the deployed commit (`start_deployment`, `set_status`); for `/preview` commands, whether a
 user may write to the repository (`can_write`), a short reply (`reply`) and a pull request's head (`pull_request`,
-for `/preview approve`); and what the reconcile asks (RECONCILE_
-INTERVAL_MINUTES): the open pull requests of a repository (`open_pull_requests`, as `opened` changes) and how much
-of the API's rate limit is left (`rate_limit`). A host that cannot list leaves that method out: its previews then
-follow its webhooks alone. A method that fails raises
+for `/preview approve`); the clone URL of a repository with a base preview (`clone_url`); and what the reconcile
+asks (RECONCILE_INTERVAL_MINUTES): the open pull requests of a repository (`open_pull_requests`, as `opened`
+changes) and how much of the API's rate limit is left (`rate_limit`). A host that cannot list leaves that method
+out: its previews then follow its webhooks alone. A method that fails raises
 `CodeHostError`; the flows log it and go on (the code host being down never fails a preview). `ApiClient`
 (api_client.py) is an HTTP client with the retries every host needs (5xx, 429, Retry-After). `clone_authorization`
 gives git the credentials for a clone URL of this host; `checks` are its lines of `doctor`.
@@ -41,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
-from orchestrator.plugin_api.deliveries import Delivery, Ignored, PullRequestChange, PullRequestComment
+from orchestrator.plugin_api.deliveries import BranchPush, Delivery, Ignored, PullRequestChange, PullRequestComment
 
 log = logging.getLogger("orchestrator.codehost")
 
@@ -77,7 +78,7 @@ class CodeHost:
     def verify(self, delivery: Delivery) -> None:
         raise NotImplementedError
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | BranchPush | Ignored:
         raise NotImplementedError
 
     def event_name(self, delivery: Delivery) -> str | None:
@@ -124,6 +125,11 @@ class CodeHost:
         """Every open pull request of `owner/repo`, each as an `opened` change (draft flag and labels as a delivery
         would say them), from one paged listing; CodeHostError when any page fails (the reconcile then leaves the
         repository's previews as they are). None: this host cannot list."""
+        return None
+
+    def clone_url(self, owner: str, repo: str) -> str | None:
+        """The HTTP clone URL of `owner/repo` (what a base preview of BASE_PREVIEWS clones; its default branch and
+        head are then read through git), or None when this host cannot say. CodeHostError when the call fails."""
         return None
 
     def rate_limit(self) -> RateLimit | None:
@@ -204,3 +210,16 @@ def unreadable_item(owner: str, repo: str, item: Any, problem: str) -> PullReque
                 problem)
     return PullRequestChange(action="opened", owner=owner, name=repo, number=number, head_ref=None, head_sha=None,
                              clone_url=None, head_repository=None, base_ref=None)
+
+
+def repository_clone_url(api: ApiClient, path: str, key: str, headers: dict[str, str] | None = None) -> str | None:
+    """`GET {path}` of a repository (GitHub's and Gitea's shape): its HTTP clone URL `key`, or None when the
+    repository is not there (404). CodeHostError for another failure or an answer without one."""
+    response = api.request("repository", "GET", path, headers=headers)
+    if response.status_code == 404:
+        return None
+    body = api.check(response).json()
+    value = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value or len(value) > 2048:  # the clone's own checks judge the rest
+        raise CodeHostError(f"GET {path}: no {key} in the answer")
+    return value

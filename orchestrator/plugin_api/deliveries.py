@@ -97,6 +97,26 @@ class PullRequestComment:
     created_at: datetime | None = None
 
 
+@dataclass(frozen=True)
+class BranchPush:
+    """A push to a branch (or tag) of `owner/name`: a base preview (BASE_PREVIEWS) follows its default branch. `ref`
+    as the host says it (`refs/heads/main`), `sha` the new head, `deleted` for a branch that went away."""
+
+    owner: str
+    name: str
+    ref: str
+    sha: str | None
+    default_branch: str | None
+    clone_url: str | None
+    deleted: bool = False
+    pushed_at: datetime | None = None  # when the host received the push: an older push than one acted on is stale
+
+    @property
+    def branch(self) -> str | None:
+        """The branch pushed to; None for a tag or another kind of ref."""
+        return self.ref.removeprefix("refs/heads/") if self.ref.startswith("refs/heads/") else None
+
+
 def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object, or WebhookRejected(400) naming what is wrong."""
     try:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from orchestrator.common.keyed import keyed
-from orchestrator.common.naming import CODEHOST, repository_identity
+from orchestrator.common.naming import CODEHOST, preview_name, repository_identity
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 CACHE_ID_PREFIX = "po-cache-"  # comments mask every `po-cache-<hex>` (flows/context.py)
@@ -91,7 +91,7 @@ class RenderContext(BaseModel):
         return f"pr_{self.pr_number}"
 
     def container_name(self, service: str) -> str:
-        return f"{self.project_slug}-pr-{self.pr_number}-{service}"
+        return f"{preview_name(self.project_slug, self.pr_number)}-{service}"
 
     def built_image(self, service: str) -> str:
         """The name of the image built for `service`: BUILT_IMAGES/{keyed digest}-{service}. The digest is an HMAC

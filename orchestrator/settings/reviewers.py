@@ -10,7 +10,7 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
-from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label, route_host_label
+from orchestrator.common.naming import DNS_LABEL_MAX, preview_host_label, preview_segment, route_host_label
 from orchestrator.settings.source import ENV_SOURCE
 
 
@@ -58,7 +58,8 @@ class ReviewerSettings(BaseSettings):
             port, default = (self.preview_tls_port, 443) if tls else (self.proxy_listen_port, 80)
             shown = "" if port == default else f":{port}"
             return f"{'https' if tls else 'http'}://{self.preview_host(slug, pr, route)}{shown}/"
-        return f"{self.preview_base_url or 'http://localhost'}/{slug}/pr-{pr}/{route + '/' if route else ''}"
+        under = f"{slug}/{preview_segment(pr)}/{route + '/' if route else ''}"
+        return f"{self.preview_base_url or 'http://localhost'}/{under}"
 
     def preview_host(self, slug: str, pr: int, route: str | None = None) -> str:
         """Host routing: the preview's own host name, `{label}.{PREVIEW_DOMAIN}` (preview_host_label), or a routed

@@ -71,6 +71,8 @@ class Settings(ReviewerSettings, PluginSettings):
     codehost_token: SecretStr = SecretStr("")
     codehost_webhook_secret: SecretStr
     allowed_repos: Annotated[tuple[str, ...], NoDecode] = ()
+    # repositories (ALLOWED_REPOS' form, each allowed) with a standing preview of their default branch
+    base_previews: Annotated[tuple[str, ...], NoDecode] = ()
     cleanup_ttl_days: int = Field(default=7, ge=0)
     max_concurrent_previews: int = Field(default=10, ge=1)
     orchestrator_port: int = Field(default=3000, ge=1, le=65535)
@@ -176,7 +178,7 @@ class Settings(ReviewerSettings, PluginSettings):
             raise ValueError("must name a program")
         return value
 
-    @field_validator("allowed_repos", mode="before")
+    @field_validator("allowed_repos", "base_previews", mode="before")
     @classmethod
     def _split_repos(cls, value: Any) -> tuple[str, ...]:
         if isinstance(value, str):
@@ -199,6 +201,12 @@ class Settings(ReviewerSettings, PluginSettings):
         if not value.get_secret_value().strip():
             raise ValueError("must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _bases_allowed(self) -> Settings:
+        if outside := sorted(set(_entries(self.base_previews)) - set(_entries(self.allowed_repos))):
+            raise ValueError(f"BASE_PREVIEWS names {', '.join(f'{h}:{r}' for h, r in outside)}, not in ALLOWED_REPOS")
+        return self
 
     @model_validator(mode="after")
     def _github_app(self) -> Settings:
@@ -265,20 +273,16 @@ class Settings(ReviewerSettings, PluginSettings):
     def allowed_for(self, codehost: str) -> frozenset[str]:
         """The allowed repositories of one code host, `owner/repo` lower case: `{codehost}:owner/repo` entries,
         and for GitHub the entries without a prefix (the spec's form)."""
-        return frozenset(repo for host, repo in self._allowed_entries() if host == codehost)
+        return frozenset(repo for host, repo in _entries(self.allowed_repos) if host == codehost)
+
+    def base_for(self, codehost: str) -> frozenset[str]:
+        """BASE_PREVIEWS of one code host, as `allowed_for` gives ALLOWED_REPOS."""
+        return frozenset(repo for host, repo in _entries(self.base_previews) if host == codehost)
 
     @property
     def allowed_codehosts(self) -> frozenset[str]:
         """The code hosts ALLOWED_REPOS names (GitHub for the entries without a prefix)."""
-        return frozenset(host for host, _ in self._allowed_entries())
-
-    def _allowed_entries(self) -> list[tuple[str, str]]:
-        """Each ALLOWED_REPOS entry as (code host, `owner/repo` lower case)."""
-        entries = []
-        for entry in self.allowed_repos:
-            match = HOST_PREFIX.match(entry)
-            entries.append((match[1], entry[match.end():].lower()) if match else (DEFAULT_CODEHOST, entry.lower()))
-        return entries
+        return frozenset(host for host, _ in _entries(self.allowed_repos))
 
     def secret_values(self) -> list[str]:
         return [
@@ -286,3 +290,9 @@ class Settings(ReviewerSettings, PluginSettings):
             for s in (self.codehost_token, self.codehost_webhook_secret)
             if s.get_secret_value()
         ]
+
+
+def _entries(repositories: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Each ALLOWED_REPOS (BASE_PREVIEWS) entry as (code host, `owner/repo` lower case)."""
+    matches = [(HOST_PREFIX.match(entry), entry) for entry in repositories]
+    return [(m[1], e[m.end():].lower()) if m else (DEFAULT_CODEHOST, e.lower()) for m, e in matches]

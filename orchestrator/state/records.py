@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from orchestrator.common.naming import CODEHOST, preview_subject, repository_identity
+from orchestrator.common.naming import BASE, CODEHOST, preview_subject, repository_identity
 
 # `sleeping`: idle for PREVIEW_IDLE_MINUTES, its containers stopped (data, ports and route kept) until the next
 # request through nginx wakes it (docs/routing.md).
@@ -63,6 +63,11 @@ class PullRequestEvent(BaseModel):
     def local(self) -> bool:
         """Made by `preview-orchestrator up`: no comment and no deployment status on any code host."""
         return self.source == "local"
+
+    @property
+    def is_base(self) -> bool:
+        """Of the standing preview of the repository's default branch (BASE_PREVIEWS), not of a pull request."""
+        return self.pr_number == BASE
 
     @property
     def repository(self) -> str:
@@ -120,7 +125,8 @@ class DeploymentRecord(BaseModel):
     repoName: str
     repoOwner: str
     projectSlug: str
-    deploymentId: str = Field(description="Format {projectSlug}-{prNumber}. Key of the record")
+    deploymentId: str = Field(description="Format {projectSlug}-{prNumber} ({projectSlug}-base for the standing "
+                                          "preview of a default branch, BASE_PREVIEWS). Key of the record")
     branch: str
     commitSha: str
     framework: str | None = Field(
@@ -180,6 +186,11 @@ class DeploymentRecord(BaseModel):
     def subject(self) -> str:
         """This preview of this repository: what its tokens and wake key are signed for."""
         return preview_subject(self.repository, self.deploymentId)
+
+    @property
+    def is_base(self) -> bool:
+        """The standing preview of the repository's default branch (BASE_PREVIEWS): never expired by the TTL."""
+        return self.prNumber == BASE
 
     def belongs_to(self, event: PullRequestEvent) -> bool:
         """Whether `event` is of this preview's repository (names compare case-insensitively) and source."""

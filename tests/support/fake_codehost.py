@@ -52,6 +52,9 @@ class FakeCodeHost:
     permissions: dict[str, str] = field(default_factory=dict)
     # GitLab's members of a project (inherited ones too), by user id: their access level (30 Developer, 20 Reporter)
     members: dict[int, int] = field(default_factory=dict)
+    # Repositories as `GET /repos/{owner}/{repo}` (GitHub's and Gitea's shape) and GitLab's `GET /projects/{path}`
+    # give them: (owner, repo) -> {"clone_url": ...} (a base preview's clone URL)
+    repositories: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     listing_down: bool = False  # every listing answers 503 (the host "unreachable" for the reconcile)
     rate_limit: int = 5000
     rate_remaining: int = 5000
@@ -160,6 +163,10 @@ class FakeCodeHost:
                 pull = next((pulls.get(int(one[3])) for (o, r), pulls in self.pulls.items()
                              if (o.lower(), r.lower()) == (one[1].lower(), one[2].lower())), None)
                 return (200, pull, {}) if pull else (404, {"message": "Not Found"}, {})
+            repository = re.fullmatch(r"/repos/([^/]+)/([^/]+)", path.removeprefix(self.prefix))
+            if method == "GET" and repository and self.prefix != "/api/v4":
+                found = self._repository(repository[1], repository[2])
+                return (200, found, {}) if found else (404, {"message": "Not Found"}, {})
             permission = re.fullmatch(r"/repos/([^/]+)/([^/]+)/collaborators/([^/]+)/permission",
                                       path.removeprefix(self.prefix))
             if method == "GET" and permission:
@@ -251,10 +258,20 @@ class FakeCodeHost:
         self.rate_remaining = max(0, self.rate_remaining - 1)
         return 200, items, {**answer, "x-ratelimit-remaining": str(self.rate_remaining)}
 
+    def _repository(self, owner: str, repo: str) -> dict[str, Any] | None:
+        return next((found for (o, r), found in self.repositories.items()
+                     if (o.lower(), r.lower()) == (owner.lower(), repo.lower())), None)
+
     def _gitlab(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
         """GitLab's API v4 (the lock is held): notes of a merge request and commit statuses of a project."""
         if method == "GET" and path == "/user":
             return 200, {"username": "preview-bot"}, {}
+        project = re.fullmatch(r"/projects/([^/]+)", path)
+        if method == "GET" and project:
+            owner, _, repo = unquote(project[1]).rpartition("/")
+            found = self._repository(owner, repo)
+            return (200, {"id": 1, "path_with_namespace": f"{owner}/{repo}", "http_url_to_repo": found["clone_url"]},
+                    {}) if found else (404, {"message": "404 Project Not Found"}, {})
         member = re.fullmatch(r"/projects/([^/]+)/members/all/(\d+)", path)
         if method == "GET" and member:
             level = self.members.get(int(member[2]))

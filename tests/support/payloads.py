@@ -67,6 +67,15 @@ def pr_payload(action: str = "opened", number: int = 2, sha: str | None = None, 
     return json.dumps(data).encode()
 
 
+def push_payload(ref: str, sha: str, clone_url: str, default_branch: str, repository: str = FIXTURE_REPO) -> bytes:
+    """The real `push` fixture (a tag's deletion) as a push of `sha` to `ref`."""
+    data = fixture("push.tag-deleted")
+    data.update(ref=ref, after=sha, deleted=False, created=False)
+    data["repository"].update(clone_url=clone_url, default_branch=default_branch, full_name=repository,
+                              name=repository.split("/")[1])
+    return json.dumps(data).encode()
+
+
 # Gitea and Forgejo ------------------------------------------------------------------------------------
 
 GITEA_REPO = "gitea/webhooks"  # the fixture's repository

@@ -14,6 +14,7 @@ import httpx
 
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
+from orchestrator.common.naming import deployment_id, preview_name, preview_segment
 from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL
 from tests.support.fake_codehost import FakeCodeHost
@@ -60,7 +61,7 @@ class Stack:
         return json.loads((self.root / "state" / "deployments.json").read_text())
 
     def wait_for(self, pr: int, status: str, sha: str | None = None) -> dict:
-        deployment = f"{SLUG}-{pr}"
+        deployment = deployment_id(SLUG, pr)
 
         def settled() -> bool:
             record = self.records().get(deployment)
@@ -69,13 +70,13 @@ class Stack:
         try:
             wait_until(settled, timeout=DEPLOY_TIMEOUT, message=f"{deployment} {status}")
         except AssertionError:
-            log = self.root / "deployments" / SLUG / f"pr-{pr}.log"
+            log = self.root / "deployments" / SLUG / f"{preview_segment(pr)}.log"
             tail = log.read_text()[-4000:] if log.exists() else "(no log)"
             raise AssertionError(f"{deployment} not {status}: {self.records().get(deployment)}\n{tail}") from None
         return self.records()[deployment]
 
     def wait_gone(self, pr: int) -> None:
-        wait_until(lambda: f"{SLUG}-{pr}" not in self.records(), timeout=DEPLOY_TIMEOUT, message="cleanup")
+        wait_until(lambda: deployment_id(SLUG, pr) not in self.records(), timeout=DEPLOY_TIMEOUT, message="cleanup")
 
     def wait_page(self, pr: int, text: str, path: str = "") -> None:
         """nginx applies a reload asynchronously: the route serves a moment after the record says running."""
@@ -83,11 +84,11 @@ class Stack:
         self.nginx.wait_settled()
 
     def page(self, pr: int, path: str = "", slug: str = SLUG) -> httpx.Response:
-        return httpx.get(f"{self.nginx.url}/{slug}/pr-{pr}/{path}", timeout=10)
+        return httpx.get(f"{self.nginx.url}/{slug}/{preview_segment(pr)}/{path}", timeout=10)
 
     def logs(self, pr: int) -> str:
         """The deployment log, as the service serves it."""
-        return httpx.get(f"{self.service.url}/api/previews/{SLUG}-{pr}/logs", timeout=10).text
+        return httpx.get(f"{self.service.url}/api/previews/{deployment_id(SLUG, pr)}/logs", timeout=10).text
 
     def wait_comment(self, pr: int, *texts: str) -> str:
         """The comment follows the record (the spec's order: record, then comment)."""
@@ -230,17 +231,17 @@ def labelled_resources(deployment_id: str, host: str | None = None) -> list[str]
 
 
 def assert_fully_removed(stack: Stack, pr: int, slug: str = SLUG) -> None:
-    deployment = f"{slug}-{pr}"
+    deployment, segment, name = deployment_id(slug, pr), preview_segment(pr), preview_name(slug, pr)
     assert labelled_resources(deployment, stack.docker_host) == [], f"resources of {deployment} left behind"
     left = built_images(deployment, stack.docker_host)
     assert left == [], f"images built for {deployment} left behind: {image_names(left, stack.docker_host)}"
-    assert not (stack.root / "deployments" / slug / f"pr-{pr}").exists()
-    assert not (stack.root / "deployments" / slug / f"pr-{pr}.git").exists()
-    assert not (stack.root / "deployments" / slug / f"pr-{pr}.build").exists()  # keyed Dockerfiles
-    assert not (stack.root / "deployments" / slug / f"pr-{pr}.log").exists()
-    assert not (stack.root / "proxy" / f"{slug}-pr-{pr}.conf").exists()
-    assert not (stack.root / "proxy" / "servers" / f"{slug}-pr-{pr}.conf").exists()  # PREVIEW_ROUTING=host
-    assert not (stack.root / "proxy" / "activity" / f"{slug}-pr-{pr}.log").exists()  # PREVIEW_IDLE_MINUTES
+    assert not (stack.root / "deployments" / slug / segment).exists()
+    assert not (stack.root / "deployments" / slug / f"{segment}.git").exists()
+    assert not (stack.root / "deployments" / slug / f"{segment}.build").exists()  # keyed Dockerfiles
+    assert not (stack.root / "deployments" / slug / f"{segment}.log").exists()
+    assert not (stack.root / "proxy" / f"{name}.conf").exists()
+    assert not (stack.root / "proxy" / "servers" / f"{name}.conf").exists()  # PREVIEW_ROUTING=host
+    assert not (stack.root / "proxy" / "activity" / f"{name}.log").exists()  # PREVIEW_IDLE_MINUTES
     store = stack.store()
     assert deployment not in store["deployments"] and deployment not in store["portAllocations"]
     wait_until(lambda: stack.page(pr, slug=slug).status_code == 404, timeout=10, message="route gone")

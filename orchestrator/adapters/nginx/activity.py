@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from orchestrator.common.naming import preview_name
+
 ACTIVITY_DIR = "activity"  # PROXY_CONFIG_DIR/activity/{slug}-pr-{N}.log: no `include` matches it
 
 
@@ -17,7 +19,7 @@ class ActivityFiles:
 
     def activity_path(self, slug: str, pr: int) -> Path:
         """The preview's activity file: nginx logs each request that reaches the app to it (with sleep)."""
-        return self.config_dir / ACTIVITY_DIR / f"{slug}-pr-{pr}.log"
+        return self.config_dir / ACTIVITY_DIR / f"{preview_name(slug, pr)}.log"
 
     def last_activity(self, slug: str, pr: int) -> float | None:
         """When a request last reached the preview's app through nginx (the activity file's time, Unix seconds);

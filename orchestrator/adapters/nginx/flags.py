@@ -9,6 +9,8 @@ import re
 import stat
 from pathlib import Path
 
+from orchestrator.common.naming import preview_name
+
 _logger = logging.getLogger("orchestrator.adapters.nginx")
 
 OPEN_DIR = "open"  # PROXY_CONFIG_DIR/open/{slug}-pr-{N}: the route's flag; no `include` matches it
@@ -24,7 +26,7 @@ class RouteFlags:
 
     def flag_path(self, slug: str, pr: int) -> Path:
         """The route's flag: while it exists the route is open (nginx looks at it on every request)."""
-        return self.config_dir.resolve() / OPEN_DIR / f"{slug}-pr-{pr}"  # the path nginx's workers go through
+        return self.config_dir.resolve() / OPEN_DIR / preview_name(slug, pr)  # the path nginx's workers go through
 
     def flags_usable(self) -> bool:
         """Whether routes can open by their flag: nginx's workers (an unprivileged user) must be able to look at

@@ -23,7 +23,7 @@ from orchestrator.adapters.nginx_site import SERVERS_DIR
 from orchestrator.common.commands import CommandFailed, DeploymentLog, run
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
-from orchestrator.common.naming import preview_host_label, route_host_label
+from orchestrator.common.naming import preview_host_label, preview_name, preview_segment, route_host_label
 from orchestrator.common.preview_tokens import TOKEN_PARAMETER, sign_preview_token, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 
@@ -77,14 +77,14 @@ class Proxy(RouteFlags, ActivityFiles):
     def path(self, slug: str, pr: int) -> Path:
         """The preview's file: a location beside the others (path routing), or a server in SERVERS_DIR."""
         if self.routing.mode == "host":
-            return self.config_dir / SERVERS_DIR / f"{slug}-pr-{pr}.conf"
-        return self.config_dir / f"{slug}-pr-{pr}.conf"
+            return self.config_dir / SERVERS_DIR / f"{preview_name(slug, pr)}.conf"
+        return self.config_dir / f"{preview_name(slug, pr)}.conf"
 
     def _other_path(self, slug: str, pr: int) -> Path:
         """The file the other routing mode would have written (left by a change of PREVIEW_ROUTING)."""
         if self.routing.mode == "host":
-            return self.config_dir / f"{slug}-pr-{pr}.conf"
-        return self.config_dir / SERVERS_DIR / f"{slug}-pr-{pr}.conf"
+            return self.config_dir / f"{preview_name(slug, pr)}.conf"
+        return self.config_dir / SERVERS_DIR / f"{preview_name(slug, pr)}.conf"
 
     @property
     def users_file(self) -> Path | None:
@@ -124,7 +124,8 @@ class Proxy(RouteFlags, ActivityFiles):
         """Where to ask nginx for the preview (or one of its routed services): URL, Host header, TLS server name."""
         if self.routing.mode == "path":
             under = f"{route}/" if route else ""
-            return f"http://127.0.0.1:{self._listen_port}/{slug}/pr-{pr}/{under}", self._public_host, None
+            return (f"http://127.0.0.1:{self._listen_port}/{slug}/{preview_segment(pr)}/{under}", self._public_host,
+                    None)
         host = self.host_name(slug, pr, route)
         if self.routing.tls:
             return f"https://127.0.0.1:{self.routing.tls_port}/", host, host

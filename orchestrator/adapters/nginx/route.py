@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
+from orchestrator.common.naming import preview_segment
 from orchestrator.common.preview_tokens import ROUTE_WOKEN_PREFIX, TOKEN_PARAMETER, WOKEN_PREFIX
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ def route_text(routing: Routing, slug: str, pr: int, deployment_id: str, port: i
     def one(route: RoutedPort | None) -> tuple[str, str]:
         """A route's location and its wake locations: the app's (None), or a routed service's."""
         target = port if route is None else route.port
-        preview = f"{slug}/pr-{pr}"
+        preview = f"{slug}/{preview_segment(pr)}"
         prefix = preview + ("" if route is None else f"/{route.name}")
         wake_name = deployment_id if route is None else f"{deployment_id}--{route.name}"
         sleep, wake = "", ""

@@ -63,8 +63,11 @@ class DeliveryReplayResource:
             why = f"it was {logged.outcome}" if logged.outcome != "accepted" else "its event is no longer kept"
             raise falcon.HTTPConflict(description=f"Delivery {entry_id} cannot be replayed: {why} (only accepted "
                                                   "deliveries are)")
-        if f"{kept.repo_owner}/{kept.repo_name}".lower() not in self._settings.allowed_for(kept.codehost):
+        repository = f"{kept.repo_owner}/{kept.repo_name}".lower()
+        if repository not in self._settings.allowed_for(kept.codehost):
             raise falcon.HTTPForbidden(description="Repository not in allowed list")
+        if kept.is_base and repository not in self._settings.base_for(kept.codehost):
+            raise falcon.HTTPForbidden(description="Repository not in BASE_PREVIEWS: it has no base preview")
         # A new event: its own delivery id, and no `updated_at` (a replay is the operator's, never stale).
         event = kept.model_copy(update={"delivery_id": f"replay-{entry_id}-{uuid.uuid4()}", "trigger": "replay",
                                         "received_at": datetime.now(UTC), "pr_updated_at": None})

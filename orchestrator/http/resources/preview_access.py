@@ -22,7 +22,7 @@ import time
 import falcon
 from falcon.asgi import Request, Response
 
-from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.naming import is_valid_deployment_id, parse_deployment_id, preview_segment
 from orchestrator.common.preview_tokens import ACCESS_COOKIE, TOKEN_PARAMETER, check_preview_token
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.settings import Settings
@@ -59,12 +59,12 @@ class PreviewAccess:
         return None if record is None else record.subject
 
     def prefix(self, deployment_id: str) -> str:
-        """The path the preview's cookie is scoped to: `/{slug}/pr-{N}/`, or `/` under host routing (the cookie
-        is then the preview host's alone)."""
+        """The path the preview's cookie is scoped to: `/{slug}/pr-{N}/` (`/{slug}/base/`), or `/` under host
+        routing (the cookie is then the preview host's alone)."""
         if self._settings.preview_routing == "host":
             return "/"
-        slug, _, pr = deployment_id.rpartition("-")
-        return f"/{slug}/pr-{pr}/"
+        slug, pr = parse_deployment_id(deployment_id)
+        return f"/{slug}/{preview_segment(pr)}/"
 
 
 class PreviewAccessResource:

@@ -32,7 +32,7 @@ from urllib.parse import unquote
 import falcon
 from falcon.asgi import Request, Response
 
-from orchestrator.common.naming import is_valid_deployment_id
+from orchestrator.common.naming import is_valid_deployment_id, preview_segment
 from orchestrator.common.preview_tokens import ROUTE_WOKEN_PREFIX, WOKEN_PREFIX, wake_key
 from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.events.dispatcher import Dispatcher
@@ -138,7 +138,7 @@ class PreviewWakeResource:
             return "/"
         if self._settings.preview_routing == "host":
             return original
-        prefix = f"/{record.projectSlug}/pr-{record.prNumber}" + (f"/{route}" if route else "")
+        prefix = f"/{record.projectSlug}/{preview_segment(record.prNumber)}" + (f"/{route}" if route else "")
         return original.removeprefix(prefix) if original.startswith(prefix + "/") else "/"
 
     def _waiting(self, resp: Response, record: DeploymentRecord, browser: bool) -> None:
@@ -154,7 +154,7 @@ class PreviewWakeResource:
         resp.text = WAKING_PAGE.format(
             refresh=5 if updating else REFRESH_SECONDS,
             heading="The preview is being updated" if updating else "The preview is waking up",
-            text=escape(f"A new commit of pull request #{record.prNumber} is being deployed; it opens when it is "
+            text=escape(f"A new commit of {_what(record)} is being deployed; it opens when it is "
                         "ready." if updating else "No one had opened it for a while, so it was asleep. It will be "
                         "back in a few seconds."))
 
@@ -166,6 +166,10 @@ class PreviewWakeResource:
         if self._key is None:
             self._key = await asyncio.to_thread(read_or_create, self._settings.preview_wake_key_path, random_key)
         return self._key
+
+
+def _what(record: DeploymentRecord) -> str:
+    return f"the default branch ({record.branch})" if record.is_base else f"pull request #{record.prNumber}"
 
 
 def _plain(uri: str) -> bool:

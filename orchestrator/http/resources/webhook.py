@@ -39,6 +39,7 @@ class WebhookResource:
         self._metrics = metrics
         self._store = store
         self._allowed = settings.allowed_for(host.name)
+        self._bases = settings.base_for(host.name)
         self._gate = Gate.of(settings)
         self._sync = settings.webhook_processing == "sync"
         self._allow_forks = settings.allow_fork_prs
@@ -80,7 +81,7 @@ class WebhookResource:
                 raise WebhookRejected(400, f"Not a {self._host.name} delivery: {foreign}")
             self._host.verify(delivery)
             _check_content_type(req)
-            parsed = parse_delivery(self._host, delivery, self._allowed, self._gate)
+            parsed = parse_delivery(self._host, delivery, self._allowed, self._gate, self._bases)
         except WebhookRejected as rejected:
             log.warning("webhook rejected (%s): %s", rejected.status, rejected.message)
             seen.update(_about(rejected.about))

@@ -1,0 +1,250 @@
+"""Base previews (BASE_PREVIEWS; docs/routing.md, "Base previews"): a standing preview of a repository's default
+branch, `{projectSlug}-base` at `/{projectSlug}/base/`, deployed when the service starts, following the branch
+through git's view of the remote's HEAD, never expired by the TTL, removed when its repository leaves the setting."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.adapters.git import Git
+from orchestrator.codehosts.gitea import Gitea
+from orchestrator.codehosts.github import GitHub
+from orchestrator.codehosts.gitlab import GitLab
+from orchestrator.common.host_env import HostEnv
+from orchestrator.common.naming import (
+    BASE,
+    deployment_id,
+    is_valid_deployment_id,
+    parse_deployment_id,
+    preview_host_label,
+    preview_segment,
+)
+from orchestrator.events.gating import Gate
+from orchestrator.events.webhook import parse_delivery
+from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api.api_client import ApiClient
+from orchestrator.plugin_api.deliveries import Delivery, Ignored, WebhookRejected
+from orchestrator.settings import SettingsError
+from orchestrator.state.records import PullRequestEvent
+from tests.conftest import SettingsFactory
+from tests.support.engines import engine_for
+from tests.support.fake_codehost import FakeCodeHost
+from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
+from tests.support.live import wait_until
+from tests.support.payloads import SECRET, fixture_bytes, push_payload, webhook_headers
+from tests.support.records import sample_record, track
+from tests.support.repos import config_for
+from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
+from tests.test_reconcile import github
+
+BASE_ID = f"{SLUG}-base"
+SHA_A = "a" * 40
+
+
+# Names ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_base_preview_is_named_base_wherever_a_pull_request_s_number_goes() -> None:
+    assert deployment_id("acme-api", BASE) == "acme-api-base" and preview_segment(BASE) == "base"
+    assert parse_deployment_id("acme-api-base") == ("acme-api", BASE)
+    assert parse_deployment_id("acme-api-12") == ("acme-api", 12)
+    for valid in ("acme-api-base", "acme-base-base", "acme-api-7"):
+        assert is_valid_deployment_id(valid)
+    for invalid in ("acme-api-Base", "-base", "acme-api-0", "acme-api-base-", "acme-api-bases"):
+        assert not is_valid_deployment_id(invalid)
+        with pytest.raises(ValueError, match="is not a deployment id"):
+            parse_deployment_id(invalid)
+    # a base's host label never equals a pull request's (one ends in a digit), shortened or not
+    long_slug = "acme-" + "x" * 90
+    bases = {preview_host_label(slug, BASE) for slug in ("acme-api", long_slug, "acme-api-pr-1")}
+    pulls = {preview_host_label(slug, pr) for slug in ("acme-api", long_slug, "acme-api-base", "acme") for pr in
+             (1, 12)}
+    assert not bases & pulls and all(len(label) <= 63 for label in bases)
+    assert preview_host_label(long_slug, BASE).endswith("-base") and "--" in preview_host_label(long_slug, BASE)
+
+
+def test_base_previews_must_be_allowed_repositories(make_settings: SettingsFactory) -> None:
+    settings = make_settings(allowed_repos="acme/api,gitea:team/web", base_previews="Acme/API, gitea:team/web")
+    assert settings.base_for("github") == {"acme/api"} and settings.base_for("gitea") == {"team/web"}
+    with pytest.raises((SettingsError, ValueError), match="BASE_PREVIEWS names github:acme/web, not in ALLOWED_REPOS"):
+        make_settings(allowed_repos="acme/api", base_previews="acme/web")
+    with pytest.raises((SettingsError, ValueError), match="is not of the form owner/repo"):
+        make_settings(allowed_repos="acme/api", base_previews="acme")
+
+
+# What each code host says, and what git says -------------------------------------------------------------------
+
+
+def test_each_code_host_gives_a_repository_s_clone_url(tmp_path: Path) -> None:
+    fake = FakeCodeHost().start()
+    gitea, gitlab = FakeCodeHost(prefix="/api/v1").start(), FakeCodeHost(prefix="/api/v4").start()
+    try:
+        for host in (fake, gitea, gitlab):
+            host.repositories[("Acme", "API")] = {"clone_url": f"{host.url}/acme/api.git"}
+        assert github(fake).clone_url("acme", "api") == f"{fake.url}/acme/api.git"
+        assert github(fake).clone_url("acme", "gone") is None
+        gitea_api = ApiClient(f"{gitea.url}/api/v1", {}, retry_base=0.01, metrics=Metrics())
+        assert Gitea(gitea_api, gitea.url, "tok", "s" * 20).clone_url("acme", "api") == f"{gitea.url}/acme/api.git"
+        gitlab_api = ApiClient(f"{gitlab.url}/api/v4", {}, retry_base=0.01, metrics=Metrics())
+        assert GitLab(gitlab_api, gitlab.url, "tok", "s" * 20).clone_url("Acme", "API") == \
+            f"{gitlab.url}/acme/api.git"
+    finally:
+        for host in (fake, gitea, gitlab):
+            host.stop()
+
+
+def base_repo(root: Path, branch: str = "release/main") -> PullRequestRepo:
+    """A bare repository whose default branch (its HEAD) is `branch`, at commit A; commit B is there to move to."""
+    repo = make_pr_repo(root, "python", branch, config=config_for("python"))
+    git(Path(repo.clone_url), "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    git(Path(repo.clone_url), "update-ref", f"refs/heads/{branch}", repo.sha_a)
+    return repo
+
+
+def move_to(repo: PullRequestRepo, sha: str) -> None:
+    git(Path(repo.clone_url), "update-ref", f"refs/heads/{repo.branch}", sha)
+
+
+def test_git_reads_the_default_branch_and_its_head_from_the_remote_s_head(tmp_path: Path) -> None:
+    repo = base_repo(tmp_path)
+    reader = Git(lambda host, url: None, ("file",), 30, HostEnv.for_state_dir(tmp_path))
+    assert reader.remote_head(repo.clone_url, "github") == ("release/main", repo.sha_a)
+    move_to(repo, repo.sha_b)
+    assert reader.remote_head(repo.clone_url, "github") == ("release/main", repo.sha_b)
+    with pytest.raises(Exception, match="not allowed"):
+        Git(lambda host, url: None, ("https",), 30, HostEnv.for_state_dir(tmp_path)).remote_head(repo.clone_url,
+                                                                                                 "github")
+
+
+# Pushes ----------------------------------------------------------------------------------------------------------
+
+
+def delivered(body: bytes, bases: str = "codertocat/hello-world", allowed: str = "codertocat/hello-world") -> Any:
+    host = GitHub(ApiClient("http://127.0.0.1:9", {}, metrics=Metrics()), "http://127.0.0.1:9", "tok",
+                  SECRET)  # parsing asks the API nothing
+    headers = {key.lower(): value for key, value in webhook_headers(body, event="push").items()}
+    return parse_delivery(host, Delivery(headers, body), frozenset(allowed.split(",")), Gate(),
+                          frozenset(bases.split(",")) if bases else frozenset())
+
+
+def test_a_push_to_the_default_branch_updates_the_base_preview_and_nothing_else_does() -> None:
+    # the real payload: a tag's deletion
+    assert isinstance(delivered(fixture_bytes("push.tag-deleted")), Ignored)
+    event = delivered(push_payload("refs/heads/main", SHA_A, "/srv/git/hello.git", "main"))
+    assert isinstance(event, PullRequestEvent)
+    assert (event.action, event.deployment_id, event.pr_number, event.branch, event.commit_sha, event.clone_url) == \
+        ("synchronize", BASE_ID, BASE, "main", SHA_A, "/srv/git/hello.git")
+    assert event.is_base and not event.from_fork
+    other = delivered(push_payload("refs/heads/feature", SHA_A, "/srv/git/hello.git", "main"))
+    assert isinstance(other, Ignored) and "not a new head of the default branch" in other.reason
+    none = delivered(push_payload("refs/heads/main", SHA_A, "/srv/git/hello.git", "main"), bases="")
+    assert isinstance(none, Ignored) and "has no base preview (BASE_PREVIEWS)" in none.reason
+    # an organisation's webhook sends every repository's pushes: one not allowed is ignored, not refused
+    stranger = delivered(push_payload("refs/heads/main", SHA_A, "/x.git", "main"), allowed="acme/api")
+    assert isinstance(stranger, Ignored) and "not in ALLOWED_REPOS" in stranger.reason
+    # the push's time is the event's clock: a push delivered after a newer one is stale (events/inbox.py)
+    assert event.pr_updated_at == datetime.fromtimestamp(1557933657, UTC)
+    with pytest.raises(WebhookRejected) as invalid:
+        delivered(push_payload("refs/heads/a..b", SHA_A, "/x.git", "a..b"))
+    assert invalid.value.status == 400 and "the default branch name" in invalid.value.message
+
+
+# The flows' decisions, without Docker ------------------------------------------------------------------------------
+
+
+def test_the_ttl_never_expires_a_base_preview_and_a_repository_left_out_loses_its_own(
+        make_settings: SettingsFactory, tmp_path: Path) -> None:
+    engine = engine_for(make_settings(cleanup_ttl_days=1))
+    old = datetime.now(UTC) - timedelta(days=30)
+    base, pull = sample_record(BASE, updatedAt=old, branch="main"), sample_record(3, updatedAt=old)
+    assert base.deploymentId == "acme-api-base" and base.is_base
+    track(tmp_path / "state" / "deployments.json", base, pull)
+    assert [record.deploymentId for record in engine.expired(datetime.now(UTC))] == ["acme-api-3"]
+    # BASE_PREVIEWS no longer names acme/api: its base preview is removed, and the pull request's is left alone
+    [(event, said)] = engine.base_previews()
+    assert (event.action, event.deployment_id, event.pr_number) == ("closed", "acme-api-base", BASE)
+    assert "acme/api is not in BASE_PREVIEWS" in said
+
+
+def test_a_base_preview_of_another_repository_with_the_same_slug_is_left_to_it(
+        make_settings: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    engine = engine_for(make_settings(allowed_repos="acme/web-app,acme-web/app", base_previews="acme/web-app,"
+                                                                                               "acme-web/app"))
+    theirs = sample_record(BASE, "acme-web", "app", branch="main", cloneUrl="/srv/git/acme-web-app.git")
+    track(tmp_path / "state" / "deployments.json", theirs)
+    with caplog.at_level("WARNING"):
+        due = engine.base_previews()
+    # acme-web/app's own look reads its remote (not there: no event); acme/web-app never takes its preview
+    assert due == []
+    assert "belongs to the repository acme-web/app" in caplog.text
+
+
+# End to end: real git, Docker and nginx ---------------------------------------------------------------------------
+
+
+def asked_for_repository(stack: Stack) -> list[str]:
+    """The API calls about the repository itself (the pull requests' reconcile lists them at the same interval)."""
+    return [call.path for call in stack.codehost.calls if call.path.startswith("/repos/") and "/pulls" not in call.path]
+
+
+def base_page(stack: Stack) -> httpx.Response:
+    return httpx.get(f"{stack.nginx.url}/{SLUG}/base/", timeout=10)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_a_base_preview_stands_for_the_default_branch_and_follows_it(tmp_path: Path) -> None:
+    repo = base_repo(tmp_path / "repos")
+    stack = start_stack(tmp_path / "stack", BASE_PREVIEWS="Codertocat/Hello-World", RECONCILE_INTERVAL_MINUTES="0.02")
+    stack.codehost.repositories[("Codertocat", "Hello-World")] = {"clone_url": repo.clone_url}
+    try:
+        record = stack.wait_for(BASE, "running", repo.sha_a)
+        assert record["deploymentId"] == BASE_ID and record["branch"] == "release/main"
+        assert record["url"] == f"{stack.nginx.url}/{SLUG}/base/"
+        assert base_page(stack).text == "python says: commit A\n"
+        asked = asked_for_repository(stack)
+        assert asked and set(asked) == {"/repos/codertocat/hello-world"}  # its clone URL (asked until it answers)
+        # the default branch moves: the base preview follows within a look, through git alone
+        move_to(repo, repo.sha_b)
+        stack.wait_for(BASE, "running", repo.sha_b)
+        wait_until(lambda: base_page(stack).text == "python says: commit B\n", timeout=15, message="page B")
+        assert asked_for_repository(stack) == asked
+        # no pull request: nothing commented, no deployment status
+        assert stack.codehost.comments == {} and stack.codehost.deployments == {}
+        dashboard = httpx.get(f"{stack.service.url}/dashboard", timeout=10).text
+        assert "base · release/main" in dashboard
+        assert re.search(rf"{BASE_ID}.*running", httpx.get(f"{stack.service.url}/api/previews",
+                                                            timeout=10).text)
+        # DELETE removes it like any preview, and the next look makes it again
+        assert httpx.delete(f"{stack.service.url}/api/previews/{BASE_ID}", timeout=30).status_code == 200
+        stack.wait_gone(BASE)
+        assert_fully_removed(stack, BASE)
+        stack.wait_for(BASE, "running", repo.sha_b)
+    finally:
+        stop_stack(stack)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_a_push_webhook_moves_the_base_preview_without_waiting_for_a_look(tmp_path: Path) -> None:
+    repo = base_repo(tmp_path / "repos", "main")
+    # The reconcile is off, and the fake code host does not know the repository: the look at start-up finds no
+    # clone URL, so only the push (which carries one) can make the base preview and move it.
+    stack = start_stack(tmp_path / "stack", BASE_PREVIEWS="Codertocat/Hello-World", RECONCILE_INTERVAL_MINUTES="0")
+    try:
+        move_to(repo, repo.sha_b)
+        body = push_payload("refs/heads/main", repo.sha_b, repo.clone_url, "main")
+        answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+                            headers=webhook_headers(body, event="push"), timeout=10)
+        assert answer.status_code == 200, answer.text
+        stack.wait_for(BASE, "running", repo.sha_b)
+        wait_until(lambda: base_page(stack).text == "python says: commit B\n", timeout=15, message="page B")
+        assert asked_for_repository(stack) == ["/repos/codertocat/hello-world"]  # the look at start-up, answered 404
+    finally:
+        stop_stack(stack)
