@@ -4,6 +4,7 @@ through git's view of the remote's HEAD, never expired by the TTL, removed when 
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,6 +154,46 @@ def test_a_push_to_the_default_branch_updates_the_base_preview_and_nothing_else_
     with pytest.raises(WebhookRejected) as invalid:
         delivered(push_payload("refs/heads/a..b", SHA_A, "/x.git", "a..b"))
     assert invalid.value.status == 400 and "the default branch name" in invalid.value.message
+
+
+def gitea_push_body(ref: str, after: str) -> bytes:
+    """A Gitea/Forgejo `push` (modules/structs/hook.go PushPayload), with what the service reads."""
+    return json.dumps({"ref": ref, "before": "b" * 40, "after": after, "compare_url": "", "commits": [],
+                       "total_commits": 0, "repository": {"id": 1, "full_name": "team/api", "name": "api",
+                                                          "clone_url": "https://git.example.test/team/api.git",
+                                                          "default_branch": "main"},
+                       "pusher": {"login": "dev"}, "sender": {"login": "dev"}}).encode()
+
+
+def gitlab_push_body(ref: str, after: str, checkout_sha: str | None) -> bytes:
+    """A GitLab push event (docs.gitlab.com, "Webhook events", "Push events"), with what the service reads."""
+    return json.dumps({"object_kind": "push", "event_name": "push", "before": "b" * 40, "after": after, "ref": ref,
+                       "checkout_sha": checkout_sha, "user_id": 4, "project_id": 15, "project": {
+                           "id": 15, "name": "api", "path_with_namespace": "group/sub/api",
+                           "git_http_url": "https://gl.example.test/group/sub/api.git", "default_branch": "main"},
+                       "commits": [], "total_commits_count": 0}).encode()
+
+
+def test_gitea_and_gitlab_pushes_to_the_default_branch_update_the_base_preview() -> None:
+    api = ApiClient("http://127.0.0.1:9", {}, metrics=Metrics())
+    gitea, gitlab = Gitea(api, "http://127.0.0.1:9", "t", "s" * 20), GitLab(api, "http://127.0.0.1:9", "t", "s" * 20)
+
+    def parsed(host: Any, headers: dict[str, str], body: bytes, repository: str) -> Any:
+        return parse_delivery(host, Delivery(headers, body), frozenset({repository}), Gate(), frozenset({repository}))
+
+    gitea_headers = {"x-gitea-event": "push", "x-gitea-delivery": "d-1"}
+    event = parsed(gitea, gitea_headers, gitea_push_body("refs/heads/main", SHA_A), "team/api")
+    assert (event.deployment_id, event.codehost, event.commit_sha, event.clone_url) == (
+        "team-api-base", "gitea", SHA_A, "https://git.example.test/team/api.git")
+    assert isinstance(parsed(gitea, gitea_headers, gitea_push_body("refs/heads/main", "0" * 40), "team/api"), Ignored)
+    gitlab_headers = {"x-gitlab-event": "Push Hook", "x-gitlab-event-uuid": "u-1"}
+    event = parsed(gitlab, gitlab_headers, gitlab_push_body("refs/heads/main", SHA_A, SHA_A), "group/sub/api")
+    assert (event.deployment_id, event.repo_owner, event.codehost, event.branch) == (
+        "group-sub-api-base", "group/sub", "gitlab", "main")
+    deleted = gitlab_push_body("refs/heads/main", "0" * 40, None)
+    assert isinstance(parsed(gitlab, gitlab_headers, deleted, "group/sub/api"), Ignored)
+    tag = gitlab_push_body("refs/tags/v1", SHA_A, SHA_A)
+    assert isinstance(parsed(gitlab, gitlab_headers, tag, "group/sub/api"), Ignored)
 
 
 # The flows' decisions, without Docker ------------------------------------------------------------------------------

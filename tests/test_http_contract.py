@@ -75,7 +75,7 @@ def test_openapi_document_is_valid_and_complete(client: testing.TestClient) -> N
         "updatedAt", "url", "commentId",
         # ours, documented in docs/decisions.md
         "cloneUrl", "error", "codehostDeploymentId", "source", "sleptAt", "wokeAt", "secretsScope", "codehost",
-        "headRepository", "routes",
+        "headRepository", "routes", "links",
     }
     local = doc["paths"]["/api/previews"]["post"]
     assert set(local["responses"]) == {"202", "400", "403", "409"}

@@ -20,16 +20,17 @@ import httpx
 from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
 
+from orchestrator.codehosts.push_payloads import gitea_push
 from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import (
     ApiClient,
     ApiCodeHost,
     CodeHostError,
     CodeHostSpec,
-    repository_clone_url,
     unreadable_item,
 )
 from orchestrator.plugin_api.deliveries import (
+    BranchPush,
     Delivery,
     Ignored,
     PayloadModel,
@@ -168,7 +169,7 @@ class Gitea(ApiCodeHost):
     event_header = "X-Gitea-Event"
     delivery_header = "X-Gitea-Delivery"
     registration = ("add a webhook with URL {url}, content type application/json, GITEA_WEBHOOK_SECRET, and the "
-                    "pull request events (docs/codehosts.md)")
+                    "pull request events (Push too for BASE_PREVIEWS; docs/codehosts.md)")
 
     # Deliveries -----------------------------------------------------------------------------------------
 
@@ -183,10 +184,12 @@ class Gitea(ApiCodeHost):
         if not any(signature_matches(self.secret, delivery.body, value) for value in given if value):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | BranchPush | Ignored:
         event = self.event_name(delivery)
         if event in ("issue_comment", "pull_request_comment"):
             return self._comment(delivery)
+        if event == "push":  # a base preview's default branch (BASE_PREVIEWS)
+            return gitea_push(json_object(delivery.body))
         if event != "pull_request":
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         document = json_object(delivery.body)
@@ -237,9 +240,6 @@ class Gitea(ApiCodeHost):
     def pull_request(self, owner: str, repo: str, number: int) -> PullRequestChange | None:
         return self._listed(self.api.check(self.api.request("pull", "GET", f"/repos/{owner}/{repo}/pulls/{number}"))
                             .json())
-
-    def clone_url(self, owner: str, repo: str) -> str | None:
-        return repository_clone_url(self.api, f"/repos/{owner}/{repo}", "clone_url")
 
     def open_pull_requests(self, owner: str, repo: str) -> list[PullRequestChange]:
         """`GET /repos/{owner}/{repo}/pulls?state=open`, 50 a page (Gitea's default maximum)."""

@@ -30,9 +30,11 @@ from orchestrator.codehosts.gitlab_payload import (
     NoteDelivery,
     gitlab_time,
 )
+from orchestrator.codehosts.push_payloads import gitlab_push
 from orchestrator.plugin_api import Check, Metrics, ServerHostSettings, describe_problems, hookimpl, read_own_settings
 from orchestrator.plugin_api.codehost import ApiClient, ApiCodeHost, CodeHostError, CodeHostSpec, unreadable_item
 from orchestrator.plugin_api.deliveries import (
+    BranchPush,
     Delivery,
     Ignored,
     PullRequestChange,
@@ -45,6 +47,7 @@ from orchestrator.plugin_api.deliveries import (
 NAME = "gitlab"
 EVENT = "Merge Request Hook"
 NOTE_EVENT = "Note Hook"
+PUSH_EVENT = "Push Hook"
 DEVELOPER = 30  # the access level that may push (Developer, Maintainer 40, Owner 50)
 CONTEXT = "preview-orchestrator"
 # GitLab's commit status states (pending, running, success, failed, canceled) for the service's. A status cannot
@@ -83,7 +86,7 @@ class GitLab(ApiCodeHost):
     event_header = "X-Gitlab-Event"
     delivery_header = "X-Gitlab-Event-UUID"
     registration = ("add a webhook with URL {url}, the secret token GITLAB_WEBHOOK_SECRET, and merge request "
-                    "events (docs/codehosts.md)")
+                    "events (Push events too for BASE_PREVIEWS; docs/codehosts.md)")
 
     # Deliveries -----------------------------------------------------------------------------------------
 
@@ -92,10 +95,12 @@ class GitLab(ApiCodeHost):
         if not given or not hmac.compare_digest(given, self.secret):
             raise WebhookRejected(401, "Invalid signature")
 
-    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | Ignored:
+    def parse(self, delivery: Delivery) -> PullRequestChange | PullRequestComment | BranchPush | Ignored:
         event = delivery.header(self.event_header)
         if event == NOTE_EVENT:
             return self._note(delivery)
+        if event == PUSH_EVENT:  # a base preview's default branch (BASE_PREVIEWS)
+            return gitlab_push(json_object(delivery.body))
         if event != EVENT:
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         try:

@@ -1,7 +1,8 @@
-"""Base previews (BASE_PREVIEWS, flows/base_previews.py): looked at when the service starts and then every
-RECONCILE_INTERVAL_MINUTES (daily when the reconcile is off: pushes then reach a base preview only by that look),
-each correction queued through the inbox once (its delivery id names the branch head) and only for a base preview
-with nothing queued or running."""
+"""Looks that keep previews in step with what no pull request's webhook says, each queued through the inbox once
+and only for a preview with nothing queued or running: the base previews (BASE_PREVIEWS, flows/base_previews.py)
+and the previews whose links resolve elsewhere now (flows/links.py). Both run when the service starts and then
+every RECONCILE_INTERVAL_MINUTES (daily when the reconcile is off: a push then reaches a base preview only by its
+webhook or that look)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,15 @@ log = logging.getLogger("orchestrator.events.base_previews")
 WHEN_RECONCILE_IS_OFF = 24 * 3600.0
 
 
-class BasePreviewScheduler(EventScheduler):
-    name = "base previews"
+class LookScheduler(EventScheduler):
     check_at_start = True
 
-    def __init__(self, due: Callable[[], list[tuple[PullRequestEvent, str]]], inbox: Inbox, dispatcher: Dispatcher,
-                 interval: float) -> None:
+    def __init__(self, name: str, due: Callable[[], list[tuple[PullRequestEvent, str]]], inbox: Inbox,
+                 dispatcher: Dispatcher, interval: float) -> None:
         super().__init__(inbox, dispatcher, interval if interval > 0 else WHEN_RECONCILE_IS_OFF, log)
+        self.name = name
         self._due = due
 
     async def check(self) -> int:
-        """Queue what the base previews need; returns how many events were newly queued."""
+        """Queue what the look finds; returns how many events were newly queued."""
         return len(await self.queue(await asyncio.to_thread(self._due), only_if_idle=True))

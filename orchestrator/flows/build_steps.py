@@ -186,7 +186,7 @@ class BuildSteps:
             raise StepFailed("; ".join(exc.problems)) from None
         except RuntimeFailure as exc:
             raise StepFailed("docker compose could not read the compose file", exc.detail) from None
-        self.routes.give_ports(event, rendered)
+        self.routes.give_ports(event, rendered, config)
         try:
             return rendered, write_rendered(target.work_dir, rendered)
         except OSError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orchestrator.common.text_table import printable
 from orchestrator.flows.error_lines import error_line
+from orchestrator.state.records import PreviewLink
 
 MARKER = "<!-- preview-orchestrator -->"
 
@@ -34,13 +35,20 @@ def building(sha: str | None, updating: bool) -> str:
 
 
 def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | None = None,
-          migrations: list[str] | None = None, routes: list[tuple[str, str]] | None = None) -> str:
-    """`routes`: the services routed besides the app, (name, link) each, listed under the main link."""
+          migrations: list[str] | None = None, routes: list[tuple[str, str]] | None = None,
+          links: list[PreviewLink] | None = None) -> str:
+    """`routes`: the services routed besides the app, (name, link) each, listed under the main link; `links`:
+    preview-config.yml's links as resolved."""
     listed = "".join(f"- `{name}`: {link}\n" for name, link in routes or [])
+    linked = "".join(f"- `{link.name}` → {printable(link.repo)}: " + (
+        f"{'its base preview' if link.deploymentId.endswith('-base') else f'preview `{link.deploymentId}`'} "
+        f"({link.url})" if link.deploymentId and link.url else "no preview runs; deployed without it") + "\n"
+        for link in links or [])
     text = (
         f"{MARKER}\n### ✅ Preview ready\n\n"
         f"**{url}**\n\n"
-        + (f"Also routed:\n{listed}\n" if listed else "") +
+        + (f"Also routed:\n{listed}\n" if listed else "")
+        + (f"Linked:\n{linked}\n" if linked else "") +
         f"Commit `{_short(sha)}`, built in {seconds:.0f} s. It updates on every push and is removed when the "
         "pull request closes."
     )

@@ -12,7 +12,7 @@ from orchestrator.flows import comments
 from orchestrator.flows.build_steps import BuildSteps
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.handler import FlowError
-from orchestrator.flows.records import begin, routes_of, set_fields
+from orchestrator.flows.records import begin, set_fields
 from orchestrator.flows.reporting import Reporter
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.ports import MAX_PR_NUMBER, OUT_OF_RANGE, PortAllocationError
@@ -72,10 +72,10 @@ class DeployFlow:
             kept = pool.submit(self.steps.keep_output, event, target, record, built.compose_file)
             # PREVIEW_PROTECTION=token: the comment's link carries a signed token; the record keeps the clean URL.
             link = self.c.proxy.reviewer_link(record.url, record.subject)
-            routes = [(route.name, self.c.proxy.reviewer_link(route.url, record.subject))
-                      for route in routes_of(self.c.store, event.deployment_id)]
+            now = self.c.store.read().deployments.get(event.deployment_id) or record
+            routes = [(route.name, self.c.proxy.reviewer_link(route.url, record.subject)) for route in now.routes]
             self.reporter.comment(event, comment_id, comments.ready(link, event.commit_sha, seconds, built.stages,
-                                                                       built.migrations, routes))
+                                                                       built.migrations, routes, now.links))
             self.reporter.status(event, reported, "success",
                                  f"Preview of {event.commit_sha[:7] if event.commit_sha else ''} running",
                                  environment_url=record.url)

@@ -25,6 +25,7 @@ from orchestrator.flows.commands import CommandFlow
 from orchestrator.flows.context import Adapters, FlowContext
 from orchestrator.flows.deploy import DeployFlow
 from orchestrator.flows.handler import FlowError
+from orchestrator.flows.links import Links
 from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.sleep import SleepFlow
@@ -65,6 +66,7 @@ class DeployEngine:
         self.sleep_flow = SleepFlow(self.context, self.reporter)
         self.command_flow = CommandFlow(self.context, self.reporter, self.deploy_flow, self.cleanup_flow)
         self.bases = BasePreviews(self.context)
+        self.links = Links(self.context)
         # What tests and embedders reach for.
         self.settings, self.plugins, self.codehosts, self.metrics = settings, plugins, codehosts, metrics
         self.store, self.proxy, self.runtime = self.context.store, self.context.proxy, self.context.runtime
@@ -97,6 +99,9 @@ class DeployEngine:
 
     def base_previews(self) -> list[tuple[PullRequestEvent, str]]:
         return self.bases.due()
+
+    def relinks(self) -> list[tuple[PullRequestEvent, str]]:
+        return self.links.relinks()
 
     def idle(self, now: datetime) -> list[tuple[DeploymentRecord, datetime]]:
         return self.sleep_flow.idle(now)

@@ -79,6 +79,7 @@ def begin(store: DeploymentStore, event: PullRequestEvent, comment_id: int | Non
             # its routed services until this deploy's render gives them again (a failure before keeps them, as their
             # ports and locations are kept)
             routes=previous.routes if previous else [],
+            links=previous.links if previous else [],
             # a new preview's secrets are keyed by its repository; an older one's stay as its volume has them
             secretsScope=previous.secretsScope if previous else "repository",
         )

@@ -8,7 +8,9 @@ from concurrent.futures import Future
 from orchestrator.adapters.nginx import FlagUnseen, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.flows.context import FlowContext, StepFailed, Target
+from orchestrator.flows.links import Links
 from orchestrator.flows.records import route_ports, routes_of, set_fields
+from orchestrator.plugin_api.preview_config import PreviewConfig
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.rendering.compose_document import RenderedDeployment
 from orchestrator.rendering.routed_services import RoutedService, apply_routes
@@ -20,9 +22,11 @@ class RouteSteps:
     def __init__(self, context: FlowContext) -> None:
         self.c = context
 
-    def give_ports(self, event: PullRequestEvent, rendered: RenderedDeployment) -> None:
+    def give_ports(self, event: PullRequestEvent, rendered: RenderedDeployment, config: PreviewConfig) -> None:
         """The services routed besides the app (routed_services.py): a host port each (kept across updates), the
-        preview's URLs in every service's environment, and the record's `routes`."""
+        preview's URLs and its links' (links.py) in every service's environment, and the record's `routes` and
+        `links`."""
+        links = Links(self.c).resolve(config.links, event.branch, event.repository)
         routes: list[RoutedService] = rendered.routes
         if routes and not self.c.runtime.routes_services:
             raise StepFailed(f"The {self.c.runtime.name} runtime cannot route services besides app (x-preview of "
@@ -34,11 +38,13 @@ class RouteSteps:
             raise StepFailed(str(exc)) from None
         settings = self.c.settings
         urls = {route.route: settings.preview_url(event.project_slug, event.pr_number, route.route) for route in routes}
-        apply_routes(rendered, ports, settings.preview_url(event.project_slug, event.pr_number), urls)
+        apply_routes(rendered, ports, settings.preview_url(event.project_slug, event.pr_number), urls,
+                     {f"PREVIEW_LINK_{link.name}_URL": link.url for link in links if link.url})
         given = [PreviewRoute(name=route.route, service=route.service, port=ports[route.route],
                               healthCheckPath=route.health_check_path, url=urls[route.route]) for route in routes]
-        if given != routes_of(self.c.store, event.deployment_id):  # most previews: none before, none now
-            set_fields(self.c.store, event.deployment_id, routes=given)
+        record = self.c.store.read().deployments.get(event.deployment_id)
+        if record is not None and (given != record.routes or links != record.links):  # most: none, and none now
+            set_fields(self.c.store, event.deployment_id, routes=given, links=links)
 
     def prepare(self, event: PullRequestEvent, target: Target, address: tuple[str, int],
                       route_served: bool, control: FlowControl) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import falcon.asgi
 import swagger_ui_bundle
 
-from orchestrator.events.base_previews import BasePreviewScheduler
+from orchestrator.events.base_previews import LookScheduler
 from orchestrator.events.cleanup_retry import CleanupRetryScheduler
 from orchestrator.events.codehost_reconcile import CodeHostReconcile
 from orchestrator.events.delivery_log import DeliveryLog
@@ -87,10 +87,11 @@ class Lifespan:
             # Looked at every 10 minutes at most; run once the last run is an interval old (runtime/swarm/gc.py `due`)
             self._gc = RuntimeWatch(collect, min(interval, 600.0), "runtime garbage collection")
             self._gc.start()
-        bases = getattr(self._handler, "base_previews", None)
-        if bases is not None:  # standing previews of default branches (also to remove those no longer named)
-            self._schedulers.append(BasePreviewScheduler(bases, self._inbox, self._dispatcher,
-                                                         self._settings.reconcile_interval_minutes * 60))
+        every = self._settings.reconcile_interval_minutes * 60
+        for name, look in (("base previews", "base_previews"), ("linked previews", "relinks")):
+            due = getattr(self._handler, look, None)  # (base previews: also to remove those no longer named)
+            if due is not None:
+                self._schedulers.append(LookScheduler(name, due, self._inbox, self._dispatcher, every))
         idle = getattr(self._handler, "idle", None)
         if idle is not None and self._settings.idle_seconds > 0:  # previews no request reached for a while
             self._sleep = SleepScheduler(idle, self._inbox, self._dispatcher,

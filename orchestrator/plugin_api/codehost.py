@@ -186,6 +186,10 @@ class ApiCodeHost(CodeHost):
     def rate_limit(self) -> RateLimit | None:
         return self.api.rate_limit
 
+    def clone_url(self, owner: str, repo: str) -> str | None:
+        """`GET /repos/{owner}/{repo}`'s `clone_url` (GitHub's and Gitea's shape)."""
+        return repository_clone_url(self.api, f"/repos/{owner}/{repo}", "clone_url")
+
     def token_authorization(self, token: str | None = None) -> str | None:
         """A token (the host's own by default) as git's Authorization header (`Basic x-access-token:TOKEN`, which
         GitHub, Gitea, Forgejo and GitLab accept), or None without one; `clone_authorization` decides for which

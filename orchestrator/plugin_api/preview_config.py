@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from orchestrator.common.checkout_paths import inside
 from orchestrator.common.safe_yaml import YamlRejected, load_untrusted_yaml
+from orchestrator.plugin_api.preview_links import LinkConfig
 
 CONFIG_FILE = "preview-config.yml"
 MISSING_MESSAGE = "preview-config.yml is required at repository root but was not found"
@@ -118,6 +119,7 @@ class PreviewConfig(BaseModel):
     startup_commands: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     dockerfile: str | None = Field(default=None, max_length=1024)
     seed: SeedConfig | None = None
+    links: list[LinkConfig] = Field(default_factory=list, max_length=10)
 
     @field_validator("framework")
     @classmethod
@@ -182,6 +184,13 @@ class PreviewConfig(BaseModel):
             if not sep or not VARIABLE_NAME.match(name):
                 raise ValueError("entries must be NAME=value with NAME a variable name")
             _single_line(rest)
+        return value
+
+    @field_validator("links")
+    @classmethod
+    def _links(cls, value: list[LinkConfig]) -> list[LinkConfig]:
+        if len({link.name for link in value}) != len(value):
+            raise ValueError("two links share one `as`")
         return value
 
     @field_validator("env_file", "dockerfile")

@@ -95,13 +95,14 @@ def unroutable(routes: list[RoutedService], compose: dict[str, Any], file_name: 
     return problems
 
 
-def apply_routes(rendered: RenderedDeployment, ports: dict[str, int], main_url: str, urls: dict[str, str]) -> None:
+def apply_routes(rendered: RenderedDeployment, ports: dict[str, int], main_url: str, urls: dict[str, str],
+                 more: dict[str, str] | None = None) -> None:
     """Publish each routed service on its host port (127.0.0.1 only, as the app's), and give every service
     PREVIEW_URL (the preview's URL: every preview's services get it), PREVIEW_URL_{NAME} (what a browser opens) and
     PREVIEW_INTERNAL_URL_{NAME} (the service on the preview's own network: what another service's server side
-    calls, without leaving the preview)."""
+    calls, without leaving the preview); `more`: other variables every service gets (the links' URLs)."""
     services = rendered.compose["services"]
-    variables = {"PREVIEW_URL": main_url}
+    variables = {"PREVIEW_URL": main_url, **(more or {})}
     for route in rendered.routes:
         variables[f"PREVIEW_URL_{route.variable}"] = urls[route.route]
         variables[f"PREVIEW_INTERNAL_URL_{route.variable}"] = f"http://{route.service}:{route.port}"

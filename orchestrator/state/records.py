@@ -115,6 +115,18 @@ class PreviewRoute(BaseModel):
     url: str
 
 
+class PreviewLink(BaseModel):
+    """A link of preview-config.yml as the last deploy resolved it (docs/routing.md, "Linked previews")."""
+
+    model_config = ConfigDict(title="PreviewLink", frozen=True)
+
+    name: str = Field(description="The link's `as`: the app gets PREVIEW_LINK_{name}_URL")
+    repo: str = Field(description="The linked repository, as preview-config.yml names it")
+    deploymentId: str | None = Field(description="The linked preview: the repository's pull request of the same "
+                                                 "head branch, else its base preview; null: none runs")
+    url: str | None
+
+
 class DeploymentRecord(BaseModel):
     """One tracked preview, as stored and as returned by `GET /api/previews`."""
 
@@ -171,6 +183,9 @@ class DeploymentRecord(BaseModel):
     routes: list[PreviewRoute] = Field(
         default_factory=list, description="Services routed besides the app (x-preview in the repository's compose "
         "file), each with its own URL; empty for most previews")
+    links: list[PreviewLink] = Field(
+        default_factory=list, description="preview-config.yml's links as the last deploy resolved them (the "
+        "other repositories' previews this one calls); empty for most previews")
     secretsScope: Literal["deployment", "repository"] = Field(
         default="deployment", description="What the preview's database password and derived secrets are keyed "
         "by: its repository and deployment id (previews deployed since 0.2), or the deployment id alone (older "
