@@ -162,9 +162,16 @@ def test_drafts_and_labels_gate_gitea_as_github(make_settings: SettingsFactory, 
 
 def test_other_gitea_events_are_ignored_and_bad_bodies_refused(gitea_client: testing.TestClient,
                                                                handler: RecordingHandler) -> None:
-    push = json.dumps({"ref": "refs/heads/main"}).encode()
+    # a push is read (base previews follow it): one of a repository without a base preview changes nothing, one
+    # that is not what Gitea sends is refused
+    push = json.dumps({"ref": "refs/heads/main", "after": SHA, "repository": {
+        "full_name": "gitea/webhooks", "clone_url": "https://git.test/gitea/webhooks.git", "default_branch": "main"}}
+    ).encode()
     headers = {**gitea_headers(push), "X-Gitea-Event": "push"}
     assert gitea_client.simulate_post("/webhook/gitea", body=push, headers=headers).status_code == 200
+    broken_push = json.dumps({"ref": "refs/heads/main"}).encode()
+    headers = {**gitea_headers(broken_push), "X-Gitea-Event": "push"}
+    assert gitea_client.simulate_post("/webhook/gitea", body=broken_push, headers=headers).status_code == 400
     broken = json.dumps({"action": "opened", "pull_request": {"number": "two"}}).encode()
     refused = send(gitea_client, broken)
     assert refused.status_code == 400 and refused.json["error"].startswith("Invalid payload: ")

@@ -95,7 +95,13 @@ def test_projects_not_allowed_other_events_and_bad_bodies(gitlab_client: testing
                                                           handler: RecordingHandler) -> None:
     other = send(gitlab_client, gitlab_payload("open", sha=SHA, project="gitlabhq/other"))
     assert other.status_code == 403 and other.json == {"error": "Repository not in allowed list"}
-    assert send(gitlab_client, b'{"object_kind": "push"}', event="Push Hook").status_code == 200
+    # a push is read (base previews follow it): one of a project without a base preview changes nothing, one that
+    # is not what GitLab sends is refused
+    push = {"object_kind": "push", "ref": "refs/heads/main", "after": SHA, "checkout_sha": SHA,
+            "project": {"path_with_namespace": "gitlabhq/gitlab-test", "git_http_url": "https://gl.test/x.git",
+                        "default_branch": "main"}}
+    assert send(gitlab_client, json.dumps(push).encode(), event="Push Hook").status_code == 200
+    assert send(gitlab_client, b'{"object_kind": "push"}', event="Push Hook").status_code == 400
     assert send(gitlab_client, b'{"object_kind": "merge_request"}').status_code == 400
     too_deep = gitlab_payload("open", sha=SHA, project="/".join(["g"] * 22) + "/app")
     assert send(gitlab_client, too_deep).status_code in (400, 403)
