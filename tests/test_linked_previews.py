@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from orchestrator.common.naming import BASE
 from orchestrator.flows import comments
@@ -30,6 +31,7 @@ from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 from tests.test_base_previews import base_repo
 
 API = LinkConfig(repo="acme/api", name="API")
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
 
 def config_with(links: list[dict[str, Any]], host: PluginHost) -> Any:
@@ -100,6 +102,17 @@ def test_the_ready_comment_says_where_each_link_resolved() -> None:
 # End to end: two repositories, real git, Docker and nginx ---------------------------------------------------------
 
 
+def documented_frontend() -> str:
+    """The frontend's preview-config.yml of docs/plugins.md, "A frontend and its API in two repositories"."""
+    section = DOCS.read_text().split("### A frontend and its API in two repositories", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_frontend_links_the_api_as_the_tests_deploy_it(host: PluginHost) -> None:
+    config = parse_preview_config(yaml.safe_load(documented_frontend()), host.known_names())
+    assert [(link.repo, link.name) for link in config.links] == [("acme/api", "API")]
+
+
 def api_pull(stack: Stack, action: str, pr: int, repo: PullRequestRepo, sha: str) -> None:
     body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch, repository="acme/api")
     answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
@@ -123,7 +136,7 @@ def test_a_frontend_preview_follows_its_api_from_the_base_preview_to_the_same_br
                    message="the API's base preview")
         base_url = f"{stack.nginx.url}/acme-api/base/"
         web = make_pr_repo(tmp_path / "web", "python", "feature/checkout",
-                           config=config_for("python", links=[{"repo": "acme/api", "as": "API"}]))
+                           files={"preview-config.yml": documented_frontend()})  # docs/plugins.md's, as written
         stack.send("opened", 5, web, web.sha_a)
         record = stack.wait_for(5, "running", web.sha_a)
         assert [link["deploymentId"] for link in record["links"]] == ["acme-api-base"]
