@@ -576,7 +576,7 @@ def test_reset_db_leaves_the_data_alone_when_the_deploy_after_it_would_refuse_th
                               settings=SimpleNamespace(snapshots_path=tmp_path / "snapshots"),
                               target=lambda slug, pr, ident: Target(
         ident, slug, pr, work, tmp_path / "git", DeploymentLog(tmp_path / "log")))
-    deploy = SimpleNamespace(run=lambda event, existing, control: deploys.append(event.head_repo_full_name))
+    deploy = SimpleNamespace(run=lambda event, existing, control, restart: deploys.append(event.head_repo_full_name))
     flow = CommandFlow(context, None, deploy, None)  # type: ignore[arg-type]
     record = DeploymentRecord(
         prNumber=4, repoName="Hello-World", repoOwner="Codertocat", projectSlug=SLUG, deploymentId=f"{SLUG}-4",

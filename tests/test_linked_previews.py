@@ -74,7 +74,7 @@ def test_a_link_resolves_to_the_same_branch_then_the_base_then_nothing(make_sett
         links.resolve([API, LinkConfig(repo="evil/api", name="EVIL")], "feature/x", "github/acme/web")
 
 
-def test_a_preview_whose_link_resolves_elsewhere_now_is_deployed_again_at_its_commit(
+def test_a_preview_whose_link_resolves_elsewhere_now_is_restarted_at_its_commit(
         make_settings: SettingsFactory, tmp_path: Path) -> None:
     engine = engine_for(make_settings(allowed_repos="acme/web,acme/api"))
     base = sample_record(BASE, "acme", "api", branch="main")
@@ -85,7 +85,7 @@ def test_a_preview_whose_link_resolves_elsewhere_now_is_deployed_again_at_its_co
     track(tmp_path / "state" / "deployments.json", sample_record(7, "acme", "api", branch="feature/x"))
     [(event, said)] = engine.relinks()
     assert (event.action, event.deployment_id, event.commit_sha, event.trigger) == ("synchronize", "acme-web-3",
-                                                                                    web.commitSha, "reconcile")
+                                                                                    web.commitSha, "relink")
     assert "API → acme-api-7" in said
 
 
@@ -148,7 +148,13 @@ def test_a_frontend_preview_follows_its_api_from_the_base_preview_to_the_same_br
         wait_until(lambda: linked_url(stack, 5) == f"{stack.nginx.url}/acme-api/pr-7/", timeout=300,
                    message="the frontend linked to the API's pull request")
         assert stack.records()[f"{SLUG}-5"]["commitSha"] == web.sha_a
-        stack.wait_comment(5, "- `API` → acme/api: preview `acme-api-7`")
+        stack.wait_comment(5, "- `API` → acme/api: preview `acme-api-7`", comments.TRIGGERS["relink"])
+        # restarted: its images kept (the engine still had them), the commit not fetched, nothing built
+        log = stack.logs(5)
+        assert f"restart at {web.sha_a}: checked out again, not fetched; the images of the last build kept" in log
+        restart = log.rsplit("restart at", 1)[1]
+        assert "$ docker compose" in restart and "stage build_commands" not in restart
+        assert not [line for line in restart.splitlines() if "$ docker compose" in line and " build" in line]
         # it closes: back to the base preview
         api_pull(stack, "closed", 7, api_pr, api_pr.sha_a)
         wait_until(lambda: linked_url(stack, 5) == base_url, timeout=300, message="back to the base preview")

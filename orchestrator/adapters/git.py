@@ -137,15 +137,20 @@ class Git:
         return [path for path in git("diff", "--name-only", "-z", fork_point, "HEAD").split("\0") if path]
 
     def checkout(self, clone_url: str, branch: str, sha: str, work_dir: Path, git_dir: Path, log: DeploymentLog,
-                 control: FlowControl | None = None, local: bool = False, codehost: str | None = None) -> None:
-        """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`."""
+                 control: FlowControl | None = None, local: bool = False, codehost: str | None = None,
+                 fetch: bool = True) -> None:
+        """Fetch the branch (and the commit, if the branch moved on), check it out, hard-reset to `sha`.
+        `fetch=False`: a commit the checkout already holds (a restart); CommandFailed when it does not."""
         def git(*args: str) -> str:
             return self._git(list(args), work_dir, git_dir, clone_url, log, control, local, codehost)
 
-        git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
+        if fetch:
+            git("fetch", "--prune", "origin", "--", f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
         try:
             git("cat-file", "-e", f"{sha}^{{commit}}")
         except CommandFailed:
+            if not fetch:
+                raise
             git("fetch", "origin", "--", sha)
         git("checkout", "--force", "-B", branch, sha)
         git("reset", "--hard", sha)

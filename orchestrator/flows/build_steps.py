@@ -1,6 +1,7 @@
 """The steps of a deploy or update, in order: checkout, preview-config.yml, build_commands, render, build,
 startup_commands' main process, start, health, route. Each step turns its adapter's failure into StepFailed with
-the spec's message."""
+the spec's message.
+A restart (restart.py) builds nothing and fetches no commit; every other step runs as in an update."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.data_steps import DataSteps
 from orchestrator.flows.error_lines import with_pull_error
 from orchestrator.flows.records import routes_of, set_fields
+from orchestrator.flows.restart import checked_out_again
 from orchestrator.flows.route_steps import RouteSteps
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -58,22 +60,27 @@ class BuildSteps:
         self.routes = RouteSteps(context)
 
     def run(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
-            route_served: bool) -> Built:
+            route_served: bool, restart: bool = False) -> Built:
         """Every step, each timed (StageClock). The containers' output of a preview that came up is kept by the
-        caller once the preview is `running` (`keep_output`): beside the route it took CPU nginx's reload needed."""
+        caller once the preview is `running` (`keep_output`): beside the route it took CPU nginx's reload needed.
+        `restart`: the preview runs this commit already (see the module's docstring)."""
         clock = StageClock(target.log, self.c.metrics)
         with clock.stage("checkout"):
-            self.checkout(event, target, control)
+            restart = restart and checked_out_again(self.c, event, target, control)
+            if not restart:
+                self.checkout(event, target, control)
             config = self.configure(event, target)
         with ThreadPoolExecutor(1, thread_name_prefix="migrations") as looking:
             migrations = looking.submit(self.data.migrations, event, target, config, control)
-            stages, compose_file = self._build(event, target, record, control, route_served, clock, config)
+            stages, compose_file = self._build(event, target, record, control, route_served, clock, config, restart)
         return Built(stages, compose_file, migrations.result())
 
     def _build(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
-               route_served: bool, clock: StageClock, config: PreviewConfig) -> tuple[dict[str, float], Path]:
-        with clock.stage("build_commands"):
-            self.build_commands(event, target, config, control)
+               route_served: bool, clock: StageClock, config: PreviewConfig,
+               restart: bool) -> tuple[dict[str, float], Path]:
+        if not restart:  # what they make went into the images, which a restart keeps
+            with clock.stage("build_commands"):
+                self.build_commands(event, target, config, control)
         with clock.stage("render"):
             rendered, compose_file = self.render(event, target, record, config)
             data = self.data.seed(event, target, config, rendered)
@@ -82,7 +89,8 @@ class BuildSteps:
             if (address := self.c.runtime.app_address_before_start(record.exposedAppPort)) is not None:
                 prepared = pool.submit(self.routes.prepare, event, target, address, route_served, control)
             try:
-                compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock, data)
+                compose_file = self.build_and_start(event, target, rendered, compose_file, control, clock, data,
+                                                    restart)
                 with clock.stage("health"):
                     self.wait_healthy(event, target, record, config, compose_file, control)
                 with clock.stage("route"):
@@ -95,9 +103,9 @@ class BuildSteps:
 
     def build_and_start(self, event: PullRequestEvent, target: Target, rendered: RenderedDeployment,
                         compose_file: Path, control: FlowControl, clock: StageClock,
-                        data: DataSeed | None = None) -> Path:
+                        data: DataSeed | None = None, restart: bool = False) -> Path:
         """Build the images while the database and extra services start (they need no build; a repository's
-        seed is restored meanwhile, when it is new), then start."""
+        seed is restored meanwhile, when it is new), then start. `restart`: the images are kept, not built."""
         runtime = self.c.runtime
 
         def dependencies() -> None:
@@ -112,7 +120,8 @@ class BuildSteps:
             early = pool.submit(dependencies)
             try:
                 with clock.stage("build"):
-                    runtime.build(event.deployment_id, compose_file, target.log, control)
+                    if not restart:
+                        runtime.build(event.deployment_id, compose_file, target.log, control)
                     if rendered.pending_startup is not None:
                         compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
             except RuntimeFailure as exc:

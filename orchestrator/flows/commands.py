@@ -8,7 +8,7 @@ A command that acts answers through the pull request's sticky comment — its fl
 who started it:
 
     redeploy → the deploy flow again, same commit        destroy  → the cleanup flow
-    reset-db → the runtime's reset_database, then the deploy flow (the database as a new preview's)
+    reset-db → the runtime's reset_database, then a restart (restart.py: the database as a new preview's)
     extend   → the record's updatedAt moves (CLEANUP_TTL_DAYS counts again), and a reply says until when
     approve  → a fork's pull request (ALLOW_FORK_PRS=false) deployed at the commit named in full, if that is still its
                head as the code host says
@@ -116,7 +116,7 @@ class CommandFlow:
         except RuntimeFailure as exc:
             self._reply(host, event, f"The database was not reset: {exc.message}.")
             raise FlowError(exc.message) from None
-        self.deploy.run(update, existing, control)
+        self.deploy.run(update, existing, control, restart=True)
 
     def _seed_refusal(self, update: PullRequestEvent, work_dir: Path) -> str | None:
         """Why the deploy that follows a reset would refuse the preview's seed (its commit's configuration, in the

@@ -12,6 +12,7 @@ MARKER = "<!-- preview-orchestrator -->"
 TRIGGERS = {
     "reconcile": "Started by the service's regular look at the open pull requests (RECONCILE_INTERVAL_MINUTES): "
                  "no webhook reported this change.",
+    "relink": "Restarted at the same commit because a linked preview appeared, moved or went away (links).",
     "replay": "Started again from the service's delivery log (a replayed delivery).",
     "command": "Started by `/preview {command}` from @{author}.",
     "operator": "Started by the service's operator (`{command}` through its API).",

@@ -14,6 +14,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.handler import FlowError
 from orchestrator.flows.records import begin, set_fields
 from orchestrator.flows.reporting import Reporter
+from orchestrator.flows.restart import restarts
 from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.state.ports import MAX_PR_NUMBER, OUT_OF_RANGE, PortAllocationError
 from orchestrator.state.records import DeploymentRecord, PullRequestEvent
@@ -28,8 +29,9 @@ class DeployFlow:
         self.steps = BuildSteps(context)
 
     def run(self, event: PullRequestEvent, existing: DeploymentRecord | None, control: FlowControl,
-            comment_id: int | None = None) -> None:
-        """`comment_id`: the pull request's comment to edit when there is no record yet (a refused fork's)."""
+            comment_id: int | None = None, restart: bool = False) -> None:
+        """`comment_id`: the pull request's comment to edit when there is no record yet (a refused fork's).
+        `restart`: no commit fetched, nothing built when the preview runs the event's commit already (restart.py)."""
         started = time.monotonic()
         target = self.c.target(event.project_slug, event.pr_number, event.deployment_id)
         updating = existing is not None
@@ -55,7 +57,8 @@ class DeployFlow:
         try:
             # A sleeping preview's route is served too (its wake location answers): unchanged, it is not reloaded.
             built = self.steps.run(event, target, record, control,
-                                    route_served=existing is not None and existing.status in ("running", "sleeping"))
+                                   route_served=existing is not None and existing.status in ("running", "sleeping"),
+                                   restart=restart and restarts(event, existing))
         except FlowAborted as exc:
             self._abort(event, target, comment_id, _reported(started_report), exc, time.monotonic() - started)
             raise FlowError(exc.message) from None

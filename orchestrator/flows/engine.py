@@ -1,7 +1,7 @@
 """The deploy engine: what EVENT_HANDLER builds by default. It wires the flows to the adapters and the runtime
 (chosen by RUNTIME through the plugin host) and sends each event to its flow:
 
-    handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place)
+    handle(event) → deploy.py (opened, reopened, synchronize: deploy, or update in place; relink: restart.py)
                   → cleanup.py (closed)
                   → commands.py (command: a `/preview …` comment; redeploy, destroy, reset-db, extend, approve)
                   → sleep.py (sleep, wake: the service's own events, PREVIEW_IDLE_MINUTES)
@@ -28,6 +28,7 @@ from orchestrator.flows.handler import FlowError
 from orchestrator.flows.links import Links
 from orchestrator.flows.reconcile import INTERRUPTED, Reconciler
 from orchestrator.flows.reporting import Reporter
+from orchestrator.flows.restart import restarts
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime
@@ -88,8 +89,11 @@ class DeployEngine:
             self._refuse_fork(event, existing)
         elif event.action == "closed":
             self.cleanup_flow.run(event, existing)
-        else:
-            self.deploy_flow.run(event, existing, control)  # a preview that exists is updated in place
+        elif event.trigger == "relink" and not restarts(event, existing):
+            # Its commit or state changed since the look (a deploy resolved its links anew), or it is gone.
+            log.info("links not restarted: the preview changed since", extra={"deploymentId": event.deployment_id})
+        else:  # a preview that exists is updated in place; one whose links moved is restarted at its commit
+            self.deploy_flow.run(event, existing, control, restart=event.trigger == "relink")
 
     def startup(self, open_deployments: set[str]) -> None:
         self.reconciler.startup(open_deployments)

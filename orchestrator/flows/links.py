@@ -1,8 +1,8 @@
 """Linked previews (preview-config.yml `links`; docs/routing.md): each link resolves to the linked repository's
 preview of the same head branch, else its base preview (BASE_PREVIEWS), else to nothing, and the preview's
 services get PREVIEW_LINK_{AS}_URL. A repository the service does not allow cannot be linked. `relinks` finds the
-previews whose links now resolve elsewhere (a linked preview appeared, moved or went away): each is deployed again
-at its own commit, which builds nothing new and restarts its services with the new values."""
+previews whose links now resolve elsewhere (a linked preview appeared, moved or went away): each is restarted at
+its own commit with the new values (restart.py: nothing built)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Links:
         return path.lower() in self.c.settings.allowed_for(host or CODEHOST)
 
     def relinks(self) -> list[tuple[PullRequestEvent, str]]:
-        """A deploy at its own commit for every running preview whose links resolve elsewhere now."""
+        """A restart at its own commit for every running or sleeping preview whose links resolve elsewhere now."""
         found = []
         records = list(self.c.store.read().deployments.values())
         for record in records:
@@ -56,8 +56,8 @@ class Links:
                 continue
             event = event_for_record(record, "synchronize", f"relink-{record.deploymentId}-{time.time_ns()}")
             moved = ", ".join(f"{link.name} → {link.deploymentId or 'none'}" for link in now)
-            found.append((event.model_copy(update={"trigger": "reconcile"}),
-                          f"links resolve elsewhere now ({moved}): updated at its commit"))
+            found.append((event.model_copy(update={"trigger": "relink"}),
+                          f"links resolve elsewhere now ({moved}): restarted at its commit"))
         return found
 
 

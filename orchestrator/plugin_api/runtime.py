@@ -194,6 +194,12 @@ class Runtime:
         if data is not None:
             raise SeedFailed(f"The {self.name} runtime cannot restore a database seed")
 
+    def has_images(self, deployment_id: str, compose_file: Path) -> bool:
+        """Whether every image the compose file builds is still there, as its last build left it: a restart at the
+        same commit (a linked preview moved, `/preview reset-db`) then starts them without building. False here:
+        a runtime that cannot tell builds again, which is always correct."""
+        return False
+
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """For `/preview reset-db`: remove the `db` service's named volumes and the containers of `db` and `app`,
         so that the update started next makes the database as a new preview's (from its seed when there is one) and

@@ -33,7 +33,7 @@ from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds, layer_volume
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.written_compose import compose_services, database_volumes, prebuilt_services
+from orchestrator.runtime.written_compose import built_images, database_volumes, prebuilt_services, started_early
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
@@ -89,6 +89,11 @@ class ComposeRuntime(Runtime):
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         with failure("Docker build failed"):
             self.compose.build(deployment_id, compose_file, log, control)
+
+    def has_images(self, deployment_id: str, compose_file: Path) -> bool:
+        """Every service the file builds has its image (`po-build/…`, named by the renderer) on the engine."""
+        images = built_images(compose_file)
+        return bool(images) and all(self.docker.has_image(image) for image in images)
 
     def image_command(self, deployment_id: str, compose_file: Path, service: str, image: str, log: DeploymentLog,
                       control: FlowControl) -> tuple[list[str] | None, list[str] | None]:
@@ -176,7 +181,8 @@ class ComposeRuntime(Runtime):
             declared = self._initialised.pop(deployment_id, None)
             unseeded = self._unseeded.pop(deployment_id, None)
         with failure("Containers failed to start"):
-            dependencies = declared or (self._started_early(deployment_id, compose_file) if initialised else None)
+            dependencies = declared or (
+                started_early(self.docker.containers(deployment_id), compose_file) if initialised else None)
             if dependencies is not None:
                 self._await_healthchecks(deployment_id, dependencies, log, control)
                 control.check()
@@ -185,15 +191,6 @@ class ComposeRuntime(Runtime):
                 self.compose.up(deployment_id, compose_file, log, control)
         if unseeded is not None:
             self.seeding.make_later(unseeded)
-
-    def _started_early(self, deployment_id: str, compose_file: Path) -> list[Container] | None:
-        """The containers of every service but the app, when `start_dependencies` created them all (none is
-        built, none is left over from an earlier compose file); else None."""
-        dependencies = [c for c in self.docker.containers(deployment_id) if c.service != "app"]
-        wanted = set(compose_services(compose_file)) - {"app"}
-        if wanted != set(prebuilt_services(compose_file)) or {c.service for c in dependencies} != wanted:
-            return None
-        return dependencies
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with failure("Containers could not be stopped"):

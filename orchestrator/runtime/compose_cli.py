@@ -253,6 +253,13 @@ class DockerResources:
         return {service: {**(item.get("State") or {}), "RestartCount": item.get("RestartCount", 0)}
                 for service, item in self._inspected(deployment_id)}
 
+    def has_image(self, image: str) -> bool:
+        try:
+            self._docker(["image", "inspect", "--format", "{{.Id}}", image])
+        except CommandFailed:
+            return False
+        return True
+
     def image_command(self, image: str) -> tuple[list[str] | None, list[str] | None]:
         """The ENTRYPOINT and CMD of a local image; CommandFailed when it is not on the engine."""
         config = json.loads(self._docker(["image", "inspect", "--format", "{{json .Config}}", image]))

@@ -20,6 +20,27 @@ def prebuilt_services(compose_file: Path) -> list[str]:
             if name != "app" and isinstance(service, dict) and "build" not in service and service.get("image")]
 
 
+def built_images(compose_file: Path) -> list[str]:
+    """The images the compose file builds (each built service's `image:`, which the renderer always gives); none
+    when the file cannot be read."""
+    try:
+        services = compose_services(compose_file)
+    except (OSError, yaml.YAMLError):
+        return []
+    return [str(service["image"]) for service in services.values()
+            if isinstance(service, dict) and "build" in service and service.get("image")]
+
+
+def started_early(containers: list[Container], compose_file: Path) -> list[Container] | None:
+    """The containers of every service but the app, when `start_dependencies` created them all (none is built,
+    none is left over from an earlier compose file); else None."""
+    dependencies = [c for c in containers if c.service != "app"]
+    wanted = set(compose_services(compose_file)) - {"app"}
+    if wanted != set(prebuilt_services(compose_file)) or {c.service for c in dependencies} != wanted:
+        return None
+    return dependencies
+
+
 def declared_containers(compose_file: Path, services: list[str]) -> list[Container] | None:
     """`services` as the compose file declares their containers (name, healthcheck); None unless each has a
     `container_name` (every file the service generates gives one)."""
