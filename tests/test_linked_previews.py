@@ -74,6 +74,24 @@ def test_a_link_resolves_to_the_same_branch_then_the_base_then_nothing(make_sett
         links.resolve([API, LinkConfig(repo="evil/api", name="EVIL")], "feature/x", "github/acme/web")
 
 
+def test_a_link_names_a_repository_of_another_code_host_and_resolves_only_there(make_settings: SettingsFactory,
+                                                                               tmp_path: Path) -> None:
+    """A GitHub frontend linking the API on Gitea (`gitea:acme/api`): the Gitea repository's previews, never the
+    GitHub repository of the same name; allowed only where ALLOWED_REPOS names it on that host."""
+    engine = engine_for(make_settings(allowed_repos="acme/web,acme/api,gitea:acme/api"))
+    links = Links(engine.context)
+    on_github = sample_record(7, "acme", "api", branch="feature/x")
+    on_gitea = sample_record(9, "acme", "api", branch="feature/x", codehost="gitea", deploymentId="acme-api-9",
+                             url="http://x/gitea-api/pr-9/")
+    track(tmp_path / "state" / "deployments.json", on_github, on_gitea)
+    [gitea] = links.resolve([LinkConfig(repo="gitea:acme/api", name="API")], "feature/x", "github/acme/web")
+    assert (gitea.deploymentId, gitea.url, gitea.repo) == ("acme-api-9", on_gitea.url, "gitea:acme/api")
+    [github] = links.resolve([API], "feature/x", "github/acme/web")
+    assert github.deploymentId == "acme-api-7"
+    with pytest.raises(StepFailed, match=r"links: gitlab:acme/api not in ALLOWED_REPOS"):
+        links.resolve([LinkConfig(repo="gitlab:acme/api", name="API")], "feature/x", "github/acme/web")
+
+
 def test_a_preview_whose_link_resolves_elsewhere_now_is_restarted_at_its_commit(
         make_settings: SettingsFactory, tmp_path: Path) -> None:
     engine = engine_for(make_settings(allowed_repos="acme/web,acme/api"))

@@ -352,11 +352,15 @@ def codehost() -> Iterator[FakeCodeHost]:
     fake.stop()
 
 
-def example_repo(root: Path, branch: str) -> PullRequestRepo:
+# Commit B of a repository whose API stops at its start.
+API_FAILS = {"api.py": "import sys\n\nprint('the API cannot start: API_KEY is not set', flush=True)\nsys.exit(3)\n"}
+
+
+def example_repo(root: Path, branch: str, files_b: dict[str, str] | None = None) -> PullRequestRepo:
     """examples/web-and-api as written, its base image the stand-in (what IMAGE_OVERRIDES does for templates)."""
     dockerfile = (EXAMPLE / "Dockerfile").read_text()
     image = dockerfile.splitlines()[0].removeprefix("FROM ")
-    return make_pr_repo(root, str(EXAMPLE), branch,
+    return make_pr_repo(root, str(EXAMPLE), branch, files_b=files_b,
                         files={"Dockerfile": dockerfile.replace(image, STANDIN_OVERRIDES[image], 1)})
 
 
@@ -407,8 +411,9 @@ def test_the_flows_give_each_route_a_port_a_record_entry_a_location_and_a_line_i
 # End to end: real Docker, nginx, git and a browser ---------------------------------------------------------------
 
 
-def deploy_example(stack: Stack, pr: int, branch: str) -> tuple[PullRequestRepo, dict[str, Any]]:
-    repo = example_repo(stack.root / "repos", branch)
+def deploy_example(stack: Stack, pr: int, branch: str,
+                   files_b: dict[str, str] | None = None) -> tuple[PullRequestRepo, dict[str, Any]]:
+    repo = example_repo(stack.root / "repos", branch, files_b)
     stack.send("opened", pr, repo, repo.sha_a)
     return repo, stack.wait_for(pr, "running", repo.sha_a)
 
@@ -458,7 +463,7 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_host(tmp_path: Path) ->
     stack = start_stack(tmp_path, nginx_all_addresses=True, PREVIEW_ROUTING="host", PREVIEW_DOMAIN=DOMAIN)
     try:
         pr = 91
-        repo, record = deploy_example(stack, pr, "feature/system-host")
+        repo, record = deploy_example(stack, pr, "feature/system-host", files_b=API_FAILS)
         port = stack.nginx.port
         main = f"http://{SLUG}-pr-{pr}.{DOMAIN}:{port}/"
         api = f"http://api--{SLUG}-pr-{pr}.{DOMAIN}:{port}/"
@@ -471,7 +476,13 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_host(tmp_path: Path) ->
             open_page(browser, main)
             WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "browser").text == hello,
                                              message=page_summary(browser))
-        stack.close(pr, repo, repo.sha_a)
+        # a push whose API stops at its start fails at once with the API's own words (not the health time-out)
+        stack.send("synchronize", pr, repo, repo.sha_b)
+        failed = stack.wait_for(pr, "failed", repo.sha_b)
+        assert failed["error"].startswith("api ") and \
+            failed["error"].endswith("(waiting for the route api (service api))"), failed["error"]
+        stack.wait_comment(pr, "the API cannot start: API_KEY is not set")
+        stack.close(pr, repo, repo.sha_b)
     finally:
         stop_stack(stack)
 

@@ -217,9 +217,9 @@ class BuildSteps:
 
     def wait_healthy(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                      config: PreviewConfig, compose_file: Path, control: FlowControl) -> None:
-        """Probe the health path — the app's, then each routed service's — while watching the containers: an app
-        or database that exits or restarts fails the deploy at once, with its own output, which goes into the
-        deployment log (a healthy one's output is kept by `run`, beside the route)."""
+        """Probe the health path — the app's, then each routed service's — while watching the containers: an app,
+        database or the routed service waited for that exits or restarts fails the deploy at once, with its own
+        output, which goes into the deployment log (a healthy one's output is kept by `run`, beside the route)."""
         probing = time.monotonic()
         checks = [("app", record.exposedAppPort, config.health_check_path, "")] + [
             (route.service, route.port, route.healthCheckPath, f"the route {route.name} (service {route.service})")
@@ -230,7 +230,7 @@ class BuildSteps:
             try:
                 healthy = wait_healthy(url, settings.health_check_interval_seconds,
                                        settings.health_check_timeout_seconds, target.log, control,
-                                       watch=lambda: self._problem(event.deployment_id))
+                                       watch=lambda s=service: self.c.problem(event.deployment_id, s))
             except AppStopped as exc:
                 self.c.metrics.health_seconds.labels("stopped").observe(time.monotonic() - probing)
                 self.keep_output(event, target, record, compose_file)
@@ -245,12 +245,6 @@ class BuildSteps:
                 raise StepFailed(f"Health check timeout: {shown}" if shown else "Health check timeout",
                                  self.app_output(event.deployment_id, compose_file, service))
         self.c.metrics.health_seconds.labels("healthy").observe(time.monotonic() - probing)
-
-    def _problem(self, deployment_id: str) -> str | None:
-        try:
-            return self.c.runtime.problem(deployment_id)
-        except RuntimeFailure:
-            return None  # the engine not answering is not the app's fault; the probes go on
 
     def app_output(self, deployment_id: str, compose_file: Path, service: str = "app") -> str:
         try:

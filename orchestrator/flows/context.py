@@ -133,6 +133,16 @@ class FlowContext:
         return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "
                 "(MAX_CONCURRENT_PREVIEWS); close another pull request, then push again")
 
+    def problem(self, deployment_id: str, service: str = "app") -> str | None:
+        """Why the preview cannot come up while a health check waits for `service` (the app, or a routed service):
+        its app or database stopped, or that service did; None while they run, or when the engine does not answer
+        (not the app's fault: the probes go on)."""
+        try:
+            return self.runtime.problem(deployment_id) or (
+                self.runtime.service_problem(deployment_id, service) if service != "app" else None)
+        except RuntimeFailure:
+            return None
+
     def ports_in_use(self) -> set[int]:
         """Host ports the runtime holds; none when it cannot tell (a port it holds then fails the bind test)."""
         try:

@@ -147,28 +147,22 @@ class SleepFlow:
         except RuntimeFailure as exc:
             raise _WakeFailed(f"Wake failed: {exc.message}", exc.detail) from None
         settings = self.c.settings
-        url = self.c.runtime.app_url(record.deploymentId, record.exposedAppPort, health_path)
-        try:
-            healthy = wait_healthy(url, min(settings.health_check_interval_seconds, WAKE_PROBE_CEILING),
-                                   settings.health_check_timeout_seconds, target.log, control,
-                                   watch=_at_most_every(WATCH_EVERY, lambda: self._problem(record.deploymentId)),
-                                   first_gap=WAKE_FIRST_GAP)
-        except AppStopped as exc:
-            raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file)) from None
-        if not healthy:
-            raise _WakeFailed("Wake failed: Health check timeout", self._app_output(record, compose_file))
-        for route in record.routes:  # a request to a routed service is handed back once that service answers
-            url = self.c.runtime.app_url(record.deploymentId, route.port, route.healthCheckPath)
+        # The app, then each routed service: a request to a route is handed back once that service answers.
+        checks = [("app", record.exposedAppPort, health_path, "")] + [
+            (route.service, route.port, route.healthCheckPath, f" of the route {route.name}")
+            for route in record.routes]
+        for service, port, path, shown in checks:
+            url = self.c.runtime.app_url(record.deploymentId, port, path)
             try:
-                healthy = wait_healthy(url, min(settings.health_check_interval_seconds, WAKE_PROBE_CEILING),
-                                       settings.health_check_timeout_seconds, target.log, control,
-                                       first_gap=WAKE_FIRST_GAP)
+                healthy = wait_healthy(
+                    url, min(settings.health_check_interval_seconds, WAKE_PROBE_CEILING),
+                    settings.health_check_timeout_seconds, target.log, control, first_gap=WAKE_FIRST_GAP,
+                    watch=_at_most_every(WATCH_EVERY, lambda s=service: self.c.problem(record.deploymentId, s)))
             except AppStopped as exc:
-                raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file, route.service)) \
-                    from None
+                raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file, service)) from None
             if not healthy:
-                raise _WakeFailed(f"Wake failed: Health check timeout of the route {route.name}",
-                                  self._app_output(record, compose_file, route.service))
+                raise _WakeFailed(f"Wake failed: Health check timeout{shown}",
+                                  self._app_output(record, compose_file, service))
 
     def _fail(self, event: PullRequestEvent, record: DeploymentRecord, target: Target, failure: _WakeFailed,
               seconds: float) -> None:
@@ -187,12 +181,6 @@ class SleepFlow:
         self.c.metrics.wake_seconds.labels("failure").observe(seconds)
         self.reporter.comment(event, record.commentId,
                               comments.failed(failure.message, record.commitSha, self.c.mask(failure.detail)))
-
-    def _problem(self, deployment_id: str) -> str | None:
-        try:
-            return self.c.runtime.problem(deployment_id)
-        except RuntimeFailure:
-            return None
 
     def _app_output(self, record: DeploymentRecord, compose_file: Path, service: str = "app") -> str:
         try:

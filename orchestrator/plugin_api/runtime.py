@@ -194,6 +194,12 @@ class Runtime:
         if data is not None:
             raise SeedFailed(f"The {self.name} runtime cannot restore a database seed")
 
+    def service_problem(self, deployment_id: str, service: str) -> str | None:
+        """Why one more service of the deployment (a routed one: `routes_services`) cannot come up, as `problem`
+        says it of the app and the database; None while it runs. None here: its health check then waits until it
+        answers or times out."""
+        return None
+
     def has_images(self, deployment_id: str, compose_file: Path) -> bool:
         """Whether every image the compose file builds is still there, as its last build left it: a restart at the
         same commit (a linked preview moved, `/preview reset-db`) then starts them without building. False here:

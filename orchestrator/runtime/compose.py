@@ -276,6 +276,9 @@ class ComposeRuntime(Runtime):
                 return f"{service} exited with code {code}"
         return None
 
+    def service_problem(self, deployment_id: str, service: str) -> str | None:
+        return self.problem(deployment_id, (service,))
+
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         found: dict[str, str] = {}
         with failure("Docker resources could not be listed"):
