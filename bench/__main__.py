@@ -17,6 +17,7 @@ from bench.ack import bench_ack
 from bench.common import REPO_ROOT, SMOKE, Budget
 from bench.concurrency import bench_concurrency
 from bench.density import bench_density
+from bench.prebuilt import bench_prebuilt
 from bench.preview import bench_preview
 from bench.reconcile import bench_reconcile
 from bench.scale import bench_scale
@@ -27,7 +28,7 @@ from bench.swarm import bench_swarm
 BENCHMARKS: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "ack": bench_ack, "scale": bench_scale, "preview": bench_preview, "concurrency": bench_concurrency,
     "swarm": bench_swarm, "sleep": bench_sleep, "density": bench_density, "reconcile": bench_reconcile,
-    "seeded": bench_seeded,
+    "seeded": bench_seeded, "prebuilt": bench_prebuilt,
 }
 
 
@@ -134,6 +135,14 @@ def report(results: dict[str, Any]) -> str:
                            ["new PR without a seed", seeded["new_pr_without_seed_s"], ""],
                            ["seed's cost on a new PR", t["seed_cost_s"], "<= 1"],
                            ["reset-db to the seed", seeded["reset_db_s"], "< 3"]]))
+    if "prebuilt" in results:
+        prebuilt, m = results["prebuilt"], results["prebuilt"]["median"]
+        out.append(_table(f"First pull request with a base preview (medians of {prebuilt['repeats']}, sample "
+                          f"{prebuilt['sample']}, cold engine)", ["figure", "s", "target"],
+                          [["raw path: clone + up --build + page", m["raw_first_s"], ""],
+                           ["base preview, ahead of time (push to running)", m["base_preview_s"], ""],
+                           ["first pull request: webhook to page", m["service_first_s"],
+                            f"<= 0.3 x raw ({prebuilt['targets']['first_pr_vs_raw']:.2f})"]]))
     return "\n".join(out)
 
 

@@ -88,6 +88,8 @@ class RawSide:
         self.root = root
         self.repo = repo
         self.plugins = build_plugin_host()
+        self._ports: dict[int, tuple[int, int]] = {}  # pull request -> its app's and database's host ports
+        self._compose: dict[int, Path] = {}  # pull request -> the compose file rendered for it
 
     def prime(self) -> None:
         """Warm cache: build the app image once under a project of its own and keep it."""
@@ -98,27 +100,40 @@ class RawSide:
         compose = write_rendered(work, render_deployment(self.plugins, work, config, context))
         _run("docker", "compose", "-p", "bench-primer", "-f", str(compose), "build", cwd=work)
 
-    def deploy(self, number: int) -> tuple[float, float, str]:
+    def start(self, number: int, sha: str) -> str:
+        """Clone, check out `sha`, render, `docker compose up -d --build` until compose returns: the project."""
         work = self.root / f"raw-{number}"
-        project = f"raw-bench-{number}"
-        app_port, db_port = free_port(), free_port()
-        began = time.perf_counter()
+        app_port, db_port = self._ports.setdefault(number, (free_port(), free_port()))
         _run("git", "clone", "-q", "--branch", self.repo.branch, self.repo.clone_url, str(work))
-        _run("git", "-c", "advice.detachedHead=false", "checkout", "-q", self.repo.sha_a, cwd=work)
+        _run("git", "-c", "advice.detachedHead=false", "checkout", "-q", sha, cwd=work)
         config = load_checkout_config(self.plugins, work)
         context = make_context("raw", "bench", number, app_port, db_port, b"bench", STANDIN_OVERRIDES)
         compose = write_rendered(work, render_deployment(self.plugins, work, config, context))
-        _run("docker", "compose", "-p", project, "-f", str(compose), "up", "-d", "--build", cwd=work)
-        _poll(f"http://127.0.0.1:{app_port}/health", None)
+        self._compose[number] = compose
+        _run("docker", "compose", "-p", f"raw-bench-{number}", "-f", str(compose), "up", "-d", "--build", cwd=work)
+        return f"raw-bench-{number}"
+
+    def app_port(self, number: int) -> int:
+        return self._ports[number][0]
+
+    def deploy(self, number: int) -> tuple[float, float, str]:
+        began = time.perf_counter()
+        project = self.start(number, self.repo.sha_a)
+        _poll(f"http://127.0.0.1:{self.app_port(number)}/health", None)
         deployed = time.perf_counter() - began
+        work = self.root / f"raw-{number}"
         began = time.perf_counter()
         _run("git", "fetch", "-q", "origin", cwd=work)
         _run("git", "reset", "-q", "--hard", self.repo.sha_b, cwd=work)
-        _run("docker", "compose", "-p", project, "-f", str(compose), "up", "-d", "--build", cwd=work)
-        _poll(f"http://127.0.0.1:{app_port}/", PAGE_B)
+        _run("docker", "compose", "-p", project, "-f", str(self._compose[number]), "up", "-d", "--build", cwd=work)
+        _poll(f"http://127.0.0.1:{self.app_port(number)}/", PAGE_B)
         updated = time.perf_counter() - began
-        _run("docker", "compose", "-p", project, "down", "--volumes", "--rmi", "local", "--timeout", "10")
+        self.remove(project)
         return deployed, updated, project
+
+    @staticmethod
+    def remove(project: str) -> None:
+        _run("docker", "compose", "-p", project, "down", "--volumes", "--rmi", "local", "--timeout", "10")
 
 
 class ServiceSide:
@@ -129,19 +144,19 @@ class ServiceSide:
     def deploy(self, number: int) -> tuple[float, float, str]:
         began = time.perf_counter()
         self.stack.send("opened", number, self.repo, self.repo.sha_a)
-        self._wait_running(number, self.repo.sha_a)
+        self.wait_running(number, self.repo.sha_a)
         _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_A)
         deployed = time.perf_counter() - began
         began = time.perf_counter()
         self.stack.send("synchronize", number, self.repo, self.repo.sha_b)
-        self._wait_running(number, self.repo.sha_b)
+        self.wait_running(number, self.repo.sha_b)
         _poll(f"{self.stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_B)
         updated = time.perf_counter() - began
         self.stack.send("closed", number, self.repo, self.repo.sha_b)
         self.stack.wait_gone(number)
         return deployed, updated, f"{SLUG}-{number}"
 
-    def _wait_running(self, number: int, sha: str) -> None:
+    def wait_running(self, number: int, sha: str) -> None:
         deadline = time.monotonic() + 600
         with httpx.Client(base_url=self.stack.service.url, timeout=5) as client:
             while time.monotonic() < deadline:

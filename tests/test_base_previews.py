@@ -32,7 +32,8 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.api_client import ApiClient
 from orchestrator.plugin_api.deliveries import Delivery, Ignored, WebhookRejected
 from orchestrator.settings import SettingsError
-from orchestrator.state.records import PullRequestEvent
+from orchestrator.state.records import PullRequestEvent, StoreFile
+from orchestrator.state.store import DeploymentStore
 from tests.conftest import SettingsFactory
 from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
@@ -277,7 +278,8 @@ def test_a_push_webhook_moves_the_base_preview_without_waiting_for_a_look(tmp_pa
     repo = base_repo(tmp_path / "repos", "main")
     # The reconcile is off, and the fake code host does not know the repository: the look at start-up finds no
     # clone URL, so only the push (which carries one) can make the base preview and move it.
-    stack = start_stack(tmp_path / "stack", BASE_PREVIEWS="Codertocat/Hello-World", RECONCILE_INTERVAL_MINUTES="0")
+    stack = start_stack(tmp_path / "stack", BASE_PREVIEWS="Codertocat/Hello-World", RECONCILE_INTERVAL_MINUTES="0",
+                        CLEANUP_TTL_DAYS="1", TTL_CHECK_INTERVAL_SECONDS="1")
     try:
         move_to(repo, repo.sha_b)
         body = push_payload("refs/heads/main", repo.sha_b, repo.clone_url, "main")
@@ -287,5 +289,24 @@ def test_a_push_webhook_moves_the_base_preview_without_waiting_for_a_look(tmp_pa
         stack.wait_for(BASE, "running", repo.sha_b)
         wait_until(lambda: base_page(stack).text == "python says: commit B\n", timeout=15, message="page B")
         assert asked_for_repository(stack) == ["/repos/codertocat/hello-world"]  # the look at start-up, answered 404
+        # Both untouched for a month: the TTL removes the pull request's preview (what shows it ran), never the base
+        pull = make_pr_repo(tmp_path / "pull", "python", "feature/old", config=config_for("python"))
+        stack.send("opened", 3, pull, pull.sha_a)
+        stack.wait_for(3, "running", pull.sha_a)
+        age(stack, days=30)
+        stack.wait_gone(3)
+        assert stack.records()[BASE_ID]["status"] == "running"
+        assert base_page(stack).text == "python says: commit B\n"
     finally:
         stop_stack(stack)
+
+
+def age(stack: Stack, days: int) -> None:
+    """Every preview of the running service last deployed `days` ago (through the store, under its lock)."""
+    then = datetime.now(UTC) - timedelta(days=days)
+
+    def older(data: StoreFile) -> None:
+        for ident, record in data.deployments.items():
+            data.deployments[ident] = record.model_copy(update={"updatedAt": then})
+
+    DeploymentStore(stack.root / "state" / "deployments.json").update(older)

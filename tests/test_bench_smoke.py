@@ -38,7 +38,7 @@ def test_ack_and_scale_benchmarks_run(tmp_path: Path) -> None:
 
 @pytest.mark.live
 @pytest.mark.docker
-def test_preview_and_concurrency_benchmarks_run(tmp_path: Path) -> None:
+def test_preview_concurrency_and_prebuilt_benchmarks_run(tmp_path: Path) -> None:
     """Also: the smoke run leaves the engine's build cache as it found it (a contributor's, on their machine)."""
     probe = tmp_path / "probe"
     probe.mkdir()
@@ -50,7 +50,7 @@ def test_preview_and_concurrency_benchmarks_run(tmp_path: Path) -> None:
              f"po-test-probe-{secrets.token_hex(3)}", "build"]
     subprocess.run(build, capture_output=True, text=True, timeout=300, check=True)
     try:
-        data = run_bench("preview,concurrency", tmp_path / "out.json")
+        data = run_bench("preview,concurrency,prebuilt", tmp_path / "out.json")
         again = subprocess.run(build, capture_output=True, text=True, timeout=300, check=True)
         output = again.stdout + again.stderr
         step = next(line for line in output.splitlines() if "RUN echo" in line)
@@ -64,6 +64,10 @@ def test_preview_and_concurrency_benchmarks_run(tmp_path: Path) -> None:
             assert median[key] > 0, (cache, key)
     [run] = data["concurrency"]["runs"]
     assert run["prs"] == 2 and 0 < run["first_s"] <= run["all_s"]
+    prebuilt = data["prebuilt"]
+    [first] = prebuilt["runs"]
+    assert prebuilt["cold_cache_pruned"] is False and all(first[key] > 0 for key in first)
+    assert prebuilt["targets"]["first_pr_vs_raw"] == first["service_first_s"] / first["raw_first_s"]
 
 
 @pytest.mark.live

@@ -383,9 +383,16 @@ def test_the_flows_give_each_route_a_port_a_record_entry_a_location_and_a_line_i
     with serve_text("ok") as port, serve_text("nginx", deployment="acme-api-3") as nginx_port:
         runtime = ReadingRuntime(port)
         runtime.routes_services = True  # as the compose runtime
-        engine, _ = engine_with(runtime, make_settings, codehost, proxy_listen_port=nginx_port)
+        engine, _ = engine_with(runtime, make_settings, codehost, proxy_listen_port=nginx_port,
+                                max_concurrent_previews=2)
         repo = example_repo(tmp_path / "git", "feature/system")
         engine.handle(event("opened", repo, repo.sha_a))
+        # its two routes are one preview against MAX_CONCURRENT_PREVIEWS: room for one more, not for two
+        fourth, fifth = (event("opened", repo, repo.sha_a).model_copy(update={
+            "pr_number": n, "deployment_id": f"acme-api-{n}", "delivery_id": f"opened-{n}"}) for n in (4, 5))
+        assert engine.deploy_flow.refusal(fourth) is None
+        track(tmp_path / "state" / "deployments.json", sample_record(4))
+        assert engine.deploy_flow.refusal(fifth) == engine.context.limit_message()
         data = engine.store.read()
         record, allocation = data.deployments["acme-api-3"], data.portAllocations["acme-api-3"]
         assert record.status == "running"
@@ -405,7 +412,7 @@ def test_the_flows_give_each_route_a_port_a_record_entry_a_location_and_a_line_i
             engine.handle(event("synchronize", repo, "0" * 40))
         assert engine.store.read().deployments["acme-api-3"].routes == [route]
         engine.handle(event("closed", repo, repo.sha_b))
-        assert engine.store.read().portAllocations == {}
+        assert set(engine.store.read().portAllocations) == {"acme-api-4"}
 
 
 # End to end: real Docker, nginx, git and a browser ---------------------------------------------------------------

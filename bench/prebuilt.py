@@ -1,0 +1,100 @@
+"""(10) The first pull request of a repository with a base preview (BASE_PREVIEWS), against the naive raw path on a
+cold machine (issue 35's first target).
+
+Each repeat starts from a cold engine: the benchmark's app images removed and, with `prune_engine_caches`, the
+whole build cache pruned (only the base images stay, as if pulled).
+
+Raw: what a person does for the pull request's commit on that cold machine: `git clone` + the same rendered
+Dockerfile and compose file + `docker compose up -d --build` + polling until the page shows the commit.
+
+Service: the repository is named in BASE_PREVIEWS, and a `push` to its default branch (commit A) makes the base
+preview — ahead of time, not timed: that is the point of it. Then a pull request opens with commit B (the app's
+code changed, its dependencies not): from its signed `opened` webhook until the record says `running` and the
+page shows commit B through nginx. The service runs with the user's health settings (5 s / 60 s).
+Sample: the Go app with PostgreSQL. Target: at most 0.3 x the raw path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import Budget, scratch
+from bench.preview import PAGE_B, POLL_SECONDS, RawSide, ServiceSide, _forget_app_images, _poll
+from bench.stats import median
+from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
+from tests.support.payloads import push_payload, webhook_headers
+from tests.support.stack import SLUG, Stack, start_stack, stop_stack
+
+SAMPLE = "go"
+DEFAULT_BRANCH = "main"
+PULL_BRANCH = "feature/first"
+
+
+def repository(root: Path) -> PullRequestRepo:
+    """A bare repository whose default branch is at commit A and whose pull request's branch is at commit B."""
+    made = make_pr_repo(root, SAMPLE, DEFAULT_BRANCH)
+    bare = Path(made.clone_url)
+    git(bare, "update-ref", f"refs/heads/{PULL_BRANCH}", made.sha_b)
+    git(bare, "update-ref", f"refs/heads/{DEFAULT_BRANCH}", made.sha_a)
+    git(bare, "symbolic-ref", "HEAD", f"refs/heads/{DEFAULT_BRANCH}")
+    return PullRequestRepo(clone_url=made.clone_url, branch=PULL_BRANCH, sha_a=made.sha_a, sha_b=made.sha_b)
+
+
+def raw_first(root: Path, repo: PullRequestRepo, number: int) -> float:
+    """The raw path for commit B, on a cold machine: clone, `up -d --build`, the first page with commit B."""
+    raw = RawSide(root, repo)
+    began = time.perf_counter()
+    project = raw.start(number, repo.sha_b)
+    _poll(f"http://127.0.0.1:{raw.app_port(number)}/", PAGE_B)
+    seconds = time.perf_counter() - began
+    raw.remove(project)
+    return seconds
+
+
+def base_ahead(stack: Stack, repo: PullRequestRepo) -> float:
+    """The push that makes the base preview (a code host's `push` webhook); its seconds until `running`."""
+    began = time.perf_counter()
+    body = push_payload(f"refs/heads/{DEFAULT_BRANCH}", repo.sha_a, repo.clone_url, DEFAULT_BRANCH)
+    answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+                        headers=webhook_headers(body, event="push"), timeout=10)
+    answer.raise_for_status()
+    ServiceSide(stack, repo).wait_running(0, repo.sha_a)
+    return time.perf_counter() - began
+
+
+def service_first(stack: Stack, repo: PullRequestRepo, number: int) -> float:
+    side = ServiceSide(stack, repo)
+    began = time.perf_counter()
+    stack.send("opened", number, repo, repo.sha_b)
+    side.wait_running(number, repo.sha_b)
+    _poll(f"{stack.nginx.url}/{SLUG}/pr-{number}/", PAGE_B)
+    return time.perf_counter() - began
+
+
+def bench_prebuilt(budget: Budget) -> dict[str, Any]:
+    runs: list[dict[str, float]] = []
+    for repeat in range(budget.preview_repeats):
+        with scratch("prebuilt") as root:
+            repo = repository(root)
+            _forget_app_images(budget.prune_engine_caches)
+            raw_s = raw_first(root, repo, 300 + repeat)
+            _forget_app_images(budget.prune_engine_caches)
+            stack = start_stack(root / "stack", BASE_PREVIEWS="Codertocat/Hello-World",
+                                RECONCILE_INTERVAL_MINUTES="0", HEALTH_CHECK_INTERVAL_SECONDS="5",
+                                HEALTH_CHECK_TIMEOUT_SECONDS="60", LOG_LEVEL="info")
+            try:
+                base_s = base_ahead(stack, repo)
+                first_s = service_first(stack, repo, 200 + repeat)
+            finally:
+                stop_stack(stack)
+                _forget_app_images(prune_engine_caches=False)
+        runs.append({"raw_first_s": raw_s, "base_preview_s": base_s, "service_first_s": first_s})
+    figures = {key: median([run[key] for run in runs]) for key in runs[0]}
+    return {"sample": SAMPLE, "repeats": budget.preview_repeats, "poll_seconds": POLL_SECONDS,
+            "cores": os.cpu_count(), "cold_cache_pruned": budget.prune_engine_caches, "median": figures,
+            "runs": runs, "targets": {"first_pr_vs_raw": figures["service_first_s"] / figures["raw_first_s"]}}
