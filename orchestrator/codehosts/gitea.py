@@ -40,6 +40,7 @@ from orchestrator.plugin_api.deliveries import (
     json_object,
     labels_of,
     signature_matches,
+    validated,
 )
 from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_issue_comment
 
@@ -193,10 +194,7 @@ class Gitea(ApiCodeHost):
         if event != "pull_request":
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
         document = json_object(delivery.body)
-        try:
-            payload = _Delivery.model_validate(document)
-        except ValidationError as exc:
-            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        payload = validated(_Delivery, document)
         pr = payload.pull_request
         draft = pr.draft or _wip(pr.title)
         action = ACTIONS.get(payload.action)
@@ -212,10 +210,7 @@ class Gitea(ApiCodeHost):
     @staticmethod
     def _comment(delivery: Delivery) -> PullRequestComment | Ignored:
         """A comment's delivery (`issue_comment`; a pull request's has `is_pull`)."""
-        try:
-            payload = _CommentDelivery.model_validate(json_object(delivery.body))
-        except ValidationError as exc:
-            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        payload = validated(_CommentDelivery, json_object(delivery.body))
         if payload.action != "created":
             return Ignored(f"issue_comment action {payload.action!r} is not handled")
         if not payload.is_pull and payload.issue.pull_request is None:

@@ -28,6 +28,7 @@ from orchestrator.plugin_api.deliveries import (
     WebhookRejected,
     json_object,
     labels_of,
+    validated,
 )
 
 
@@ -185,10 +186,7 @@ def comment_of(document: dict[str, Any]) -> PullRequestComment | Ignored:
     """An `issue_comment` delivery: a new comment on a pull request, or why it is ignored."""
     if document.get("action") != "created":
         return Ignored(f"issue_comment action {str(document.get('action'))[:40]!r} is not handled")
-    try:
-        payload = CommentPayload.model_validate(document)
-    except ValidationError as exc:
-        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+    payload = validated(CommentPayload, document)
     if payload.issue.pull_request is None:
         return Ignored("a comment on an issue, not on a pull request")
     if payload.comment.user.type == "Bot":
@@ -238,10 +236,7 @@ class PushPayload(PayloadModel):
 
 
 def push_of(document: dict[str, Any]) -> BranchPush:
-    try:
-        payload = PushPayload.model_validate(document)
-    except ValidationError as exc:
-        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+    payload = validated(PushPayload, document)
     owner, _, name = payload.repository.full_name.partition("/")
     return BranchPush(owner=owner, name=name, ref=payload.ref, sha=payload.after,
                       default_branch=payload.repository.default_branch, clone_url=payload.repository.clone_url,

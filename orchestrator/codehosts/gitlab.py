@@ -42,6 +42,7 @@ from orchestrator.plugin_api.deliveries import (
     WebhookRejected,
     json_object,
     labels_of,
+    validated,
 )
 
 NAME = "gitlab"
@@ -103,10 +104,7 @@ class GitLab(ApiCodeHost):
             return gitlab_push(json_object(delivery.body))
         if event != EVENT:
             return Ignored(f"event {(event or '(none)')[:40]} is not handled")
-        try:
-            payload = MergeRequestDelivery.model_validate(json_object(delivery.body))
-        except ValidationError as exc:
-            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        payload = validated(MergeRequestDelivery, json_object(delivery.body))
         if payload.object_kind != "merge_request":
             return Ignored(f"object_kind {payload.object_kind!r} is not handled")
         mr = payload.object_attributes
@@ -129,10 +127,7 @@ class GitLab(ApiCodeHost):
     @staticmethod
     def _note(delivery: Delivery) -> PullRequestComment | Ignored:
         """A `Note Hook`: a comment on a merge request, or why it is ignored."""
-        try:
-            payload = NoteDelivery.model_validate(json_object(delivery.body))
-        except ValidationError as exc:
-            raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
+        payload = validated(NoteDelivery, json_object(delivery.body))
         note = payload.object_attributes
         if note.noteable_type != "MergeRequest" or payload.merge_request is None:
             return Ignored(f"a note on a {str(note.noteable_type)[:40]}, not on a merge request")

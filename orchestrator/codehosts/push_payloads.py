@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from orchestrator.plugin_api import describe_problems
-from orchestrator.plugin_api.deliveries import BranchPush, PayloadModel, WebhookRejected
+from orchestrator.plugin_api.deliveries import BranchPush, PayloadModel, WebhookRejected, validated
 
 REF = Field(max_length=300)
 SHA = Field(default=None, max_length=64)
@@ -45,7 +44,7 @@ class GitLabPush(PayloadModel):
 
 
 def gitea_push(document: dict[str, Any]) -> BranchPush:
-    payload = _valid(GiteaPush, document)
+    payload = validated(GiteaPush, document)
     owner, _, name = payload.repository.full_name.partition("/")
     return BranchPush(owner=owner, name=name, ref=payload.ref, sha=payload.after,
                       default_branch=payload.repository.default_branch, clone_url=payload.repository.clone_url,
@@ -53,17 +52,10 @@ def gitea_push(document: dict[str, Any]) -> BranchPush:
 
 
 def gitlab_push(document: dict[str, Any]) -> BranchPush:
-    payload = _valid(GitLabPush, document)
+    payload = validated(GitLabPush, document)
     if payload.object_kind != "push":
         raise WebhookRejected(400, f"Invalid payload: a Push Hook of object_kind {payload.object_kind[:40]!r}")
     owner, _, name = payload.project.path_with_namespace.rpartition("/")
     return BranchPush(owner=owner, name=name, ref=payload.ref, sha=payload.checkout_sha or payload.after,
                       default_branch=payload.project.default_branch, clone_url=payload.project.git_http_url,
                       deleted=payload.checkout_sha is None or set(payload.after or "0") == {"0"})
-
-
-def _valid(model: type[Any], document: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(document)
-    except ValidationError as exc:
-        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None

@@ -45,6 +45,17 @@ def project_slug(owner: str, repo: str) -> str:
 CODEHOST = "github"
 
 
+# ALLOWED_REPOS', BASE_PREVIEWS' and preview-config.yml links' form for another code host: `host:owner/repo`
+HOST_PREFIX = re.compile(r"^([a-z][a-z0-9-]{0,30}):")
+
+
+def repository_entry(entry: str) -> tuple[str, str]:
+    """An `owner/repo` or `host:owner/repo` entry as (code host, `owner/repo` lower case); GitHub's without a
+    prefix (the spec's form)."""
+    match = HOST_PREFIX.match(entry)
+    return (match[1], entry[match.end():].lower()) if match else (CODEHOST, entry.lower())
+
+
 def repository_identity(host: str, owner: str, repo: str) -> str:
     """`{host}/{owner}/{repo}` in lower case: what tells two repositories apart where their slugs do not
     (`acme/web-app` and `acme-web/app` share `acme-web-app`). Everything keyed by a preview's identity (mirrors,

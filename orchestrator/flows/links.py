@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from orchestrator.common.naming import CODEHOST, repository_identity
+from orchestrator.common.naming import repository_entry, repository_identity
 from orchestrator.flows.context import FlowContext, StepFailed
 from orchestrator.plugin_api.preview_links import LinkConfig
 from orchestrator.state.records import DeploymentRecord, PreviewLink, PullRequestEvent, event_for_record
@@ -40,8 +40,8 @@ class Links:
                            url=chosen.url if chosen else None)
 
     def _allowed(self, repo: str) -> bool:
-        host, _, path = repo.rpartition(":")
-        return path.lower() in self.c.settings.allowed_for(host or CODEHOST)
+        host, path = repository_entry(repo)
+        return path in self.c.settings.allowed_for(host)
 
     def relinks(self) -> list[tuple[PullRequestEvent, str]]:
         """A restart at its own commit for every running or sleeping preview whose links resolve elsewhere now."""
@@ -62,6 +62,6 @@ class Links:
 
 
 def _identity(repo: str) -> str:
-    host, _, path = repo.rpartition(":")
+    host, path = repository_entry(repo)
     owner, _, name = path.rpartition("/")
-    return repository_identity(host or CODEHOST, owner, name)
+    return repository_identity(host, owner, name)

@@ -30,6 +30,7 @@ from orchestrator.plugin_api.deliveries import (
     json_object,
     labels_of,
     signature_matches,
+    validated,
 )
 from orchestrator.plugin_api.hookspecs import PROJECT, hookimpl, hookspec
 from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_issue_comment
@@ -93,6 +94,7 @@ __all__ = [
     "json_object",
     "labels_of",
     "signature_matches",
+    "validated",
     "unreadable_item",
     "upsert_issue_comment",
     "PROJECT",

@@ -10,9 +10,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestrator.common.problems import describe_problems
 
 # The actions a change may carry (GitHub's names): the first four are acted on as they are; the others go
 # through the service's gating (PREVIEW_DRAFTS, PREVIEW_LABEL) and become a deploy, a cleanup or nothing.
@@ -45,6 +47,17 @@ class PayloadModel(BaseModel):
     (bound them: `Field(max_length=…)`)."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+Payload = TypeVar("Payload", bound=BaseModel)
+
+
+def validated(model: type[Payload], document: Any) -> Payload:
+    """`document` read as `model`; WebhookRejected (400) naming what is wrong when it is not one."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise WebhookRejected(400, "Invalid payload: " + describe_problems(exc)) from None
 
 
 @dataclass(frozen=True)

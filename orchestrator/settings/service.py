@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from orchestrator.common.naming import CODEHOST, HOST_PREFIX, repository_entry
 from orchestrator.common.urls import http_url
 from orchestrator.settings.reviewers import ReviewerSettings
 from orchestrator.settings.source import ENV_SOURCE
@@ -19,9 +20,8 @@ from orchestrator.settings.source import ENV_SOURCE
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 # An ALLOWED_REPOS entry of another code host than GitHub: `{host}:owner/repo` (the host's plugin name), whose
 # owners may hold `.` and `_` and, on GitLab, be a group path (`gitlab:group/subgroup/project`).
-HOST_PREFIX = re.compile(r"^([a-z][a-z0-9-]{0,30}):")
 HOSTED_REPO_PATTERN = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,99}/){1,20}[A-Za-z0-9._-]{1,100}$")
-DEFAULT_CODEHOST = "github"
+DEFAULT_CODEHOST = CODEHOST  # of the entries without a `host:` prefix
 
 IMAGE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$")
 
@@ -294,5 +294,4 @@ class Settings(ReviewerSettings, PluginSettings):
 
 def _entries(repositories: tuple[str, ...]) -> list[tuple[str, str]]:
     """Each ALLOWED_REPOS (BASE_PREVIEWS) entry as (code host, `owner/repo` lower case)."""
-    matches = [(HOST_PREFIX.match(entry), entry) for entry in repositories]
-    return [(m[1], e[m.end():].lower()) if m else (DEFAULT_CODEHOST, e.lower()) for m, e in matches]
+    return [repository_entry(entry) for entry in repositories]
