@@ -169,9 +169,10 @@ def test_a_frontend_preview_follows_its_api_from_the_base_preview_to_the_same_br
         stack.wait_comment(5, "- `API` → acme/api: preview `acme-api-7`", comments.TRIGGERS["relink"])
         # restarted: its images kept (the engine still had them), the commit not fetched, nothing built
         log = stack.logs(5)
-        assert f"restart at {web.sha_a}: checked out again, not fetched; the images of the last build kept" in log
+        assert f"restart at {web.sha_a}: checked out again, not fetched" in log
+        assert "restart: the images of the last build kept, nothing built" in log
         restart = log.rsplit("restart at", 1)[1]
-        assert "$ docker compose" in restart and "stage build_commands" not in restart
+        assert "$ docker compose" in restart
         assert not [line for line in restart.splitlines() if "$ docker compose" in line and " build" in line]
         # it closes: back to the base preview
         api_pull(stack, "closed", 7, api_pr, api_pr.sha_a)

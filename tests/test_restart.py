@@ -76,29 +76,43 @@ def test_a_relinked_preview_restarts_at_its_commit_fetching_and_building_nothing
     assert (record.status, record.commitSha) == ("running", repo.sha_a)
     assert "acme-api-pr-3-app" in runtime.started_with[-1]  # started from a compose file rendered again
     log = (tmp_path / "deployments" / "acme-api" / "pr-3.log").read_text()
-    assert f"restart at {repo.sha_a}: checked out again, not fetched; the images of the last build kept" in log
+    assert f"restart at {repo.sha_a}: checked out again, not fetched" in log
+    assert "restart: the images of the last build kept, nothing built" in log
     ready = codehost.comments_on("acme", "api", 3)[-1]["body"]
     assert comments.TRIGGERS["relink"] in ready and "Preview ready" in ready
 
 
-def test_a_restart_whose_images_are_gone_fetches_and_builds_as_an_update(
+def test_a_restart_whose_images_are_gone_builds_them_from_the_checkout_without_fetching(
         make_settings: SettingsFactory, codehost: FakeCodeHost, app_server: int, tmp_path: Path) -> None:
     runtime = KeepingRuntime(app_server)
     engine, repo = deployed(runtime, make_settings, codehost, tmp_path)
+    unreachable(repo)
     runtime.images = False
     engine.handle(relink(repo, repo.sha_a))
     assert [name for name, _ in runtime.calls] == ["has_images", "build", "start", "app_url", "logs"]
+    assert engine.store.read().deployments["acme-api-3"].status == "running"
     log = (tmp_path / "deployments" / "acme-api" / "pr-3.log").read_text()
     assert "restart: the images of the last build are gone; built again" in log
 
-    moved = unreachable(repo)  # the update fetched: without its repository it fails like any update
-    runtime.calls.clear()
+
+def test_a_restart_without_its_checkout_clones_as_an_update(
+        make_settings: SettingsFactory, codehost: FakeCodeHost, app_server: int, tmp_path: Path) -> None:
+    runtime = KeepingRuntime(app_server)
+    engine, repo = deployed(runtime, make_settings, codehost, tmp_path)
+    shutil.rmtree(tmp_path / "deployments" / "acme-api" / "pr-3")
+    engine.handle(relink(repo, repo.sha_a))
+    assert engine.store.read().deployments["acme-api-3"].status == "running"
+    assert "restart: no checkout of the last deploy; cloned again" in \
+        (tmp_path / "deployments" / "acme-api" / "pr-3.log").read_text()
+
+    moved = unreachable(repo)  # that clone needed the repository: without it, the restart fails as an update would
+    shutil.rmtree(tmp_path / "deployments" / "acme-api" / "pr-3")
     try:
         engine.handle(relink(repo, repo.sha_a))
     except Exception as exc:  # noqa: BLE001 - the flow's FlowError, with the spec's message
         assert "Git clone or checkout failed" in str(exc)
     else:
-        raise AssertionError("an update without its repository passed: it did not fetch")
+        raise AssertionError("a restart without its checkout passed without its repository: it did not clone")
     finally:
         shutil.move(moved, repo.clone_url)
 

@@ -42,6 +42,7 @@ from orchestrator.state.ports import APP_POOL, allocate, routed_ports
 from orchestrator.state.records import PortAllocation, PreviewRoute
 from tests.conftest import SettingsFactory
 from tests.support.browser import chromium, open_page, page_summary
+from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.handlers import RecordingHandler
@@ -362,6 +363,24 @@ def example_repo(root: Path, branch: str, files_b: dict[str, str] | None = None)
     image = dockerfile.splitlines()[0].removeprefix("FROM ")
     return make_pr_repo(root, str(EXAMPLE), branch, files_b=files_b,
                         files={"Dockerfile": dockerfile.replace(image, STANDIN_OVERRIDES[image], 1)})
+
+
+def test_a_routed_service_that_stopped_is_a_problem_and_one_that_once_restarted_is_not(
+        make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compose runtime's `service_problem`: the app's and database's containers are new on every start, so any
+    restart count of theirs is a crash loop; a routed service the update left running may have restarted once days
+    ago (its database was reset), and only its state says whether it runs."""
+    runtime = engine_for(make_settings()).runtime
+    states = {"app": {"Status": "running", "RestartCount": 0},
+              "api": {"Status": "running", "RestartCount": 2, "ExitCode": 0}}
+    monkeypatch.setattr(runtime.docker, "container_states", lambda deployment_id: states)
+    assert runtime.problem("acme-api-3") is None and runtime.service_problem("acme-api-3", "api") is None
+    states["api"] = {"Status": "exited", "RestartCount": 0, "ExitCode": 3}
+    assert runtime.service_problem("acme-api-3", "api") == "api exited with code 3"
+    states["api"] = {"Status": "restarting", "RestartCount": 1, "ExitCode": 3}
+    assert runtime.service_problem("acme-api-3", "api") == "api is restarting (exit code 3)"
+    states["app"] = {"Status": "running", "RestartCount": 1}
+    assert runtime.problem("acme-api-3") == "app is restarting (restarted 1 time)"
 
 
 def test_a_runtime_that_cannot_route_services_fails_the_deploy_and_says_so(

@@ -1,7 +1,8 @@
 """The steps of a deploy or update, in order: checkout, preview-config.yml, build_commands, render, build,
 startup_commands' main process, start, health, route. Each step turns its adapter's failure into StepFailed with
 the spec's message.
-A restart (restart.py) builds nothing and fetches no commit; every other step runs as in an update."""
+A restart (restart.py) fetches no commit and builds nothing when the images are there; every other step runs as
+in an update."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.data_steps import DataSteps
 from orchestrator.flows.error_lines import with_pull_error
 from orchestrator.flows.records import routes_of, set_fields
-from orchestrator.flows.restart import checked_out_again
+from orchestrator.flows.restart import checked_out_again, images_kept
 from orchestrator.flows.route_steps import RouteSteps
 from orchestrator.flows.stages import StageClock
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
@@ -78,9 +79,8 @@ class BuildSteps:
     def _build(self, event: PullRequestEvent, target: Target, record: DeploymentRecord, control: FlowControl,
                route_served: bool, clock: StageClock, config: PreviewConfig,
                restart: bool) -> tuple[dict[str, float], Path]:
-        if not restart:  # what they make went into the images, which a restart keeps
-            with clock.stage("build_commands"):
-                self.build_commands(event, target, config, control)
+        with clock.stage("build_commands"):
+            self.build_commands(event, target, config, control)
         with clock.stage("render"):
             rendered, compose_file = self.render(event, target, record, config)
             data = self.data.seed(event, target, config, rendered)
@@ -105,7 +105,8 @@ class BuildSteps:
                         compose_file: Path, control: FlowControl, clock: StageClock,
                         data: DataSeed | None = None, restart: bool = False) -> Path:
         """Build the images while the database and extra services start (they need no build; a repository's
-        seed is restored meanwhile, when it is new), then start. `restart`: the images are kept, not built."""
+        seed is restored meanwhile, when it is new), then start. `restart`: the images are kept when the runtime
+        has them."""
         runtime = self.c.runtime
 
         def dependencies() -> None:
@@ -120,7 +121,7 @@ class BuildSteps:
             early = pool.submit(dependencies)
             try:
                 with clock.stage("build"):
-                    if not restart:
+                    if not (restart and images_kept(self.c, event, target, compose_file)):
                         runtime.build(event.deployment_id, compose_file, target.log, control)
                     if rendered.pending_startup is not None:
                         compose_file = self.startup_before_main(event, target, rendered, compose_file, control)

@@ -257,8 +257,9 @@ class ComposeRuntime(Runtime):
         with failure("Container logs could not be read"):
             return self.compose.logs(deployment_id, compose_file, service, tail=tail)
 
-    def problem(self, deployment_id: str, services: tuple[str, ...] = WATCHED) -> str | None:
-        """Why one of `services` cannot come up (it exited, or restarts), or None."""
+    def problem(self, deployment_id: str, services: tuple[str, ...] = WATCHED, counts: bool = True) -> str | None:
+        """Why one of `services` cannot come up (it exited, or restarts), or None. `counts`: a restart count says so
+        too (the app's and database's containers are new on every start; a routed service's may have run for days)."""
         with failure("Containers could not be inspected"):
             states = self.docker.container_states(deployment_id)
         for service in services:
@@ -268,7 +269,7 @@ class ComposeRuntime(Runtime):
             code = state.get("ExitCode", 0)
             if state.get("Status") == "restarting":  # a crash loop, between two runs
                 return f"{service} is restarting (exit code {code})"
-            if (restarts := state.get("RestartCount", 0)) > 0:  # a crash loop, running again for a moment
+            if counts and (restarts := state.get("RestartCount", 0)) > 0:  # a crash loop, running again a moment
                 return f"{service} is restarting (restarted {restarts} time{'s' if restarts > 1 else ''})"
             if state.get("Status") in ("exited", "dead"):
                 if state.get("OOMKilled"):
@@ -277,7 +278,7 @@ class ComposeRuntime(Runtime):
         return None
 
     def service_problem(self, deployment_id: str, service: str) -> str | None:
-        return self.problem(deployment_id, (service,))
+        return self.problem(deployment_id, (service,), counts=False)
 
     def owned(self, deployment_id: str | None = None) -> dict[str, str]:
         found: dict[str, str] = {}
