@@ -21,7 +21,6 @@ import httpx
 import pytest
 from falcon import testing
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.wait import WebDriverWait
 
 from orchestrator.adapters.nginx import Proxy, Routing
 from orchestrator.common.flow_control import FlowControl
@@ -41,7 +40,7 @@ from orchestrator.runtime.compose_cli import Compose
 from orchestrator.state.ports import APP_POOL, allocate, routed_ports
 from orchestrator.state.records import PortAllocation, PreviewRoute
 from tests.conftest import SettingsFactory
-from tests.support.browser import chromium, open_page, page_summary
+from tests.support.browser import chromium, wait_for_fetched
 from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
@@ -470,9 +469,7 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_path_and_find_each_othe
         assert httpx.get(f"{main}server", timeout=10).text == hello  # the frontend's server, on the preview's network
         stack.wait_comment(pr, "Also routed", f"- `api`: {main}api/")
         with chromium() as browser:  # the page asks the API from the browser, through nginx
-            open_page(browser, main)
-            WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "browser").text == hello,
-                                             message=page_summary(browser))
+            wait_for_fetched(browser, main, "browser", hello)
             assert browser.find_element(By.ID, "server").text == hello
         stack.send("synchronize", pr, repo, repo.sha_b)
         assert stack.wait_for(pr, "running", repo.sha_b)["routes"] == [route]  # the same port and route
@@ -499,9 +496,7 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_host(tmp_path: Path) ->
                            timeout=10)
         assert answer.text == hello and answer.headers["access-control-allow-origin"] == "*"
         with chromium(resolve_to_loopback=f"*.{DOMAIN}") as browser:  # another host: the API allows the origin
-            open_page(browser, main)
-            WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "browser").text == hello,
-                                             message=page_summary(browser))
+            wait_for_fetched(browser, main, "browser", hello)
         # a push whose API stops at its start fails at once with the API's own words (not the health time-out)
         stack.send("synchronize", pr, repo, repo.sha_b)
         failed = stack.wait_for(pr, "failed", repo.sha_b)

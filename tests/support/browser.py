@@ -11,7 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -53,6 +56,29 @@ def open_page(browser: webdriver.Chrome, url: str, attempts: int = 3) -> None:
         browser.get(url)
         if not network_error(browser):
             return
+
+
+def wait_for_fetched(browser: webdriver.Chrome, url: str, element: str, expected: str, attempts: int = 3) -> None:
+    """Open `url` until the page's script has written `expected` into the element `element` (within 30 s), opening it
+    again (at most `attempts` times) only while the script says its fetch failed — a connection refused or reset on
+    the way, as `open_page` allows for the page itself. An AssertionError with each attempt's page and the
+    browser's console otherwise."""
+    seen = []
+    for _ in range(attempts):
+        open_page(browser, url)
+        try:
+            WebDriverWait(browser, 30).until(
+                lambda b: b.find_element(By.ID, element).text == expected or
+                b.find_element(By.ID, element).text.startswith("failed:"))
+        except TimeoutException:
+            pass
+        text = browser.find_element(By.ID, element).text
+        if text == expected:
+            return
+        seen.append(f"{page_summary(browser)} console={browser.get_log('browser')!r}"[:2000])
+        if not text.startswith("failed:"):
+            break
+    raise AssertionError(f"{element} never showed {expected!r}: " + " | ".join(seen))
 
 
 def network_error(browser: webdriver.Chrome) -> str | None:
