@@ -263,10 +263,14 @@ def test_a_base_preview_stands_for_the_default_branch_and_follows_it(tmp_path: P
         assert "base · release/main" in dashboard
         assert re.search(rf"{BASE_ID}.*running", httpx.get(f"{stack.service.url}/api/previews",
                                                             timeout=10).text)
-        # DELETE removes it like any preview, and the next look makes it again
+        # DELETE removes it like any preview, and the next look makes it again. Meanwhile the code host does not
+        # know the repository (the look finds no clone URL: no record keeps one now), so that no look makes it again
+        # while its removal is checked.
+        known = stack.codehost.repositories.pop(("Codertocat", "Hello-World"))
         assert httpx.delete(f"{stack.service.url}/api/previews/{BASE_ID}", timeout=30).status_code == 200
         stack.wait_gone(BASE)
         assert_fully_removed(stack, BASE)
+        stack.codehost.repositories[("Codertocat", "Hello-World")] = known
         stack.wait_for(BASE, "running", repo.sha_b)
     finally:
         stop_stack(stack)
