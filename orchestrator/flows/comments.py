@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.common.naming import BASE, parse_deployment_id
 from orchestrator.common.text_table import printable
 from orchestrator.flows.error_lines import error_line
 from orchestrator.state.records import PreviewLink
@@ -26,6 +27,10 @@ def with_trigger(body: str, trigger: str | None, command: str | None = None, aut
     return f"{body}\n\n<sub>{TRIGGERS[trigger].format(command=command, author=author)}</sub>"
 
 
+def _linked_preview(deployment_id: str) -> str:
+    return "its base preview" if parse_deployment_id(deployment_id)[1] == BASE else f"preview `{deployment_id}`"
+
+
 def _short(sha: str | None) -> str:
     return (sha or "")[:7] or "unknown"
 
@@ -42,9 +47,8 @@ def ready(url: str, sha: str | None, seconds: float, stages: dict[str, float] | 
     preview-config.yml's links as resolved."""
     listed = "".join(f"- `{name}`: {link}\n" for name, link in routes or [])
     linked = "".join(f"- `{link.name}` → {printable(link.repo)}: " + (
-        f"{'its base preview' if link.deploymentId.endswith('-base') else f'preview `{link.deploymentId}`'} "
-        f"({link.url})" if link.deploymentId and link.url else "no preview runs; deployed without it") + "\n"
-        for link in links or [])
+        f"{_linked_preview(link.deploymentId)} ({link.url})" if link.deploymentId and link.url
+        else "no preview runs; deployed without it") + "\n" for link in links or [])
     text = (
         f"{MARKER}\n### ✅ Preview ready\n\n"
         f"**{url}**\n\n"

@@ -21,7 +21,8 @@ EventAction = Literal["opened", "reopened", "synchronize", "closed", "sleep", "w
 HANDLED_ACTIONS: frozenset[str] = frozenset({"opened", "reopened", "synchronize", "closed"})
 # What queued an event other than a code host's delivery: the reconcile with the code host (a change no webhook
 # reported), a replay from the delivery log, a `/preview` command in a comment, or the operator through the API
-# (`POST /api/previews/{id}/reset-db`: a command that needs no one's permission). The pull request's comment says so.
+# (`POST /api/previews/{id}/reset-db`: a command that needs no one's permission), or a linked preview that appeared,
+# moved or went away (a restart: flows/restart.py). The pull request's comment says so.
 EventTrigger = Literal["reconcile", "replay", "command", "operator", "relink"]
 # Where a preview comes from: a code host's pull request, or `preview-orchestrator up` on this host.
 PreviewSource = Literal["codehost", "local"]
