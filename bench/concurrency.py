@@ -15,6 +15,7 @@ import httpx
 
 from bench.common import Budget, scratch
 from bench.preview import PAGE_A, POLL_SECONDS, SAMPLE, RawSide, _forget_app_images
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.stack import SLUG, start_stack, stop_stack
 
@@ -35,7 +36,7 @@ def bench_concurrency(budget: Budget) -> dict[str, Any]:
                     with ThreadPoolExecutor(len(numbers)) as pool:
                         list(pool.map(lambda n, s=stack: s.send("opened", n, repo, repo.sha_a), numbers))
                     ready: dict[int, float] = {}
-                    with httpx.Client(timeout=5) as client:
+                    with web.Client(timeout=5) as client:
                         deadline = time.monotonic() + 1800
                         while len(ready) < len(numbers) and time.monotonic() < deadline:
                             for n in numbers:

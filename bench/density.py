@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.common import REPO_ROOT, Budget, scratch
 from bench.sleep import _stopped
 from bench.stats import median
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
@@ -70,7 +69,7 @@ def _running_containers(deployments: set[str]) -> int:
 def _wake(stack: Stack, pr: int, page: str) -> float:
     wait_until(lambda: _statuses(stack).get(pr) == "sleeping" and _stopped(f"{SLUG}-{pr}"), 600, f"pr {pr} asleep", 0.5)
     began = time.perf_counter()
-    answer = httpx.get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/", timeout=120)
+    answer = web.get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/", timeout=120)
     took = time.perf_counter() - began
     if answer.status_code != 200 or answer.text != page:
         raise AssertionError(f"woken preview {pr} answered {answer.status_code} {answer.text[:200]!r}")

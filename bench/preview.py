@@ -32,6 +32,7 @@ from bench.stats import median
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import make_context, render_deployment, write_rendered
 from orchestrator.rendering.plugin_host import build_plugin_host
+from tests.support import web
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import free_port
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
@@ -49,7 +50,7 @@ def _run(*argv: str, cwd: Path | None = None) -> None:
 
 def _poll(url: str, expected: str | None, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5) as client:
+    with web.Client(timeout=5) as client:
         while time.monotonic() < deadline:
             try:
                 response = client.get(url)
@@ -158,7 +159,7 @@ class ServiceSide:
 
     def wait_running(self, number: int, sha: str) -> None:
         deadline = time.monotonic() + 600
-        with httpx.Client(base_url=self.stack.service.url, timeout=5) as client:
+        with web.Client(base_url=self.stack.service.url, timeout=5) as client:
             while time.monotonic() < deadline:
                 listed = client.get("/api/previews").json()["deployments"]
                 if any(d["prNumber"] == number and d["commitSha"] == sha and d["status"] in ("running", "failed")

@@ -7,12 +7,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
 from bench.common import Budget, scratch
 from bench.stats import summary_ms
 from orchestrator.state.records import DeploymentRecord, PortAllocation, StoreFile
 from orchestrator.state.store import DeploymentStore
+from tests.support import web
 from tests.support.live import ServiceProcess
 
 
@@ -47,7 +46,7 @@ def bench_scale(budget: Budget) -> dict[str, Any]:
                 writes.append(time.perf_counter() - began)
             size_bytes = store.path.stat().st_size
             reads = []
-            with ServiceProcess(root, LOG_LEVEL="warn") as service, httpx.Client(base_url=service.url) as client:
+            with ServiceProcess(root, LOG_LEVEL="warn") as service, web.Client(base_url=service.url) as client:
                 first = client.get("/api/previews")  # the first read parses the file; later ones are cached
                 assert first.status_code == 200 and len(first.json()["deployments"]) == count
                 for _ in range(budget.scale_requests):

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.common import REPO_ROOT, Budget, scratch
 from bench.stats import median
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
@@ -58,7 +57,7 @@ def _rounds(stack: Stack, pr: int, page: str, repeats: int) -> list[dict[str, fl
     for _ in range(repeats):
         wait_until(lambda: _status(stack, deployment) == "sleeping" and _stopped(deployment), 120, "asleep", 0.1)
         began = time.perf_counter()
-        answer = httpx.get(url, timeout=120)
+        answer = web.get(url, timeout=120)
         took = time.perf_counter() - began
         if answer.status_code != 200 or answer.text != page or answer.headers.get("x-preview-deployment") != \
                 deployment:

@@ -35,6 +35,7 @@ from orchestrator.settings import SettingsError
 from orchestrator.state.records import PullRequestEvent, StoreFile
 from orchestrator.state.store import DeploymentStore
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
@@ -236,7 +237,7 @@ def asked_for_repository(stack: Stack) -> list[str]:
 
 
 def base_page(stack: Stack) -> httpx.Response:
-    return httpx.get(f"{stack.nginx.url}/{SLUG}/base/", timeout=10)
+    return web.get(f"{stack.nginx.url}/{SLUG}/base/", timeout=10)
 
 
 @pytest.mark.docker
@@ -259,15 +260,15 @@ def test_a_base_preview_stands_for_the_default_branch_and_follows_it(tmp_path: P
         assert asked_for_repository(stack) == asked
         # no pull request: nothing commented, no deployment status
         assert stack.codehost.comments == {} and stack.codehost.deployments == {}
-        dashboard = httpx.get(f"{stack.service.url}/dashboard", timeout=10).text
+        dashboard = web.get(f"{stack.service.url}/dashboard", timeout=10).text
         assert "base · release/main" in dashboard
-        assert re.search(rf"{BASE_ID}.*running", httpx.get(f"{stack.service.url}/api/previews",
+        assert re.search(rf"{BASE_ID}.*running", web.get(f"{stack.service.url}/api/previews",
                                                             timeout=10).text)
         # DELETE removes it like any preview, and the next look makes it again. Meanwhile the code host does not
         # know the repository (the look finds no clone URL: no record keeps one now), so that no look makes it again
         # while its removal is checked.
         known = stack.codehost.repositories.pop(("Codertocat", "Hello-World"))
-        assert httpx.delete(f"{stack.service.url}/api/previews/{BASE_ID}", timeout=30).status_code == 200
+        assert web.delete(f"{stack.service.url}/api/previews/{BASE_ID}", timeout=30).status_code == 200
         stack.wait_gone(BASE)
         assert_fully_removed(stack, BASE)
         stack.codehost.repositories[("Codertocat", "Hello-World")] = known
@@ -287,7 +288,7 @@ def test_a_push_webhook_moves_the_base_preview_without_waiting_for_a_look(tmp_pa
     try:
         move_to(repo, repo.sha_b)
         body = push_payload("refs/heads/main", repo.sha_b, repo.clone_url, "main")
-        answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+        answer = web.post(f"{stack.service.url}/webhook/codehost", content=body,
                             headers=webhook_headers(body, event="push"), timeout=10)
         assert answer.status_code == 200, answer.text
         stack.wait_for(BASE, "running", repo.sha_b)

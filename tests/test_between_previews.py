@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 from falcon import testing
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +29,7 @@ from orchestrator.http.app import create_app
 from orchestrator.rendering.compose_policy import normalized_problems
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.handlers import RecordingHandler
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
@@ -121,15 +121,15 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
         attacker_slug, attacker_id = install(proxy, (ATTACKER[0], ATTACKER[1], ATTACKER[2]), attacker_port)
         # a reload is applied by nginx's master after the command returns: the attacker's route serving its own
         # page is the sign that the configuration with both routes is in force
-        wait_until(lambda: httpx.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/", timeout=10,
+        wait_until(lambda: web.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/", timeout=10,
                                      auth=("reviewer", "a long password") if protection == "basic" else None
                                      ).text == "attacker's own page", timeout=15, message="the routes serve")
         nginx.wait_settled()
         # the victim's route answers only with its protection's credentials (or not at all, when closed)
         if protection != "none":
-            assert httpx.get(f"{nginx.url}/{victim_slug}/pr-{VICTIM[2]}/", timeout=10).status_code == 401
+            assert web.get(f"{nginx.url}/{victim_slug}/pr-{VICTIM[2]}/", timeout=10).status_code == 401
         for name in targets:
-            answer = httpx.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/{name}", timeout=10,
+            answer = web.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/{name}", timeout=10,
                                auth=("reviewer", "a long password") if protection == "basic" else None)
             assert SECRET_PAGE not in answer.text, name
             assert answer.status_code == 200 and answer.text == "attacker's own page", (name, answer.text)
@@ -137,7 +137,7 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
             if name == "cookie":  # scoped to the preview's own host, whatever the app said
                 assert "Domain=127.0.0.1" in answer.headers["set-cookie"], answer.headers["set-cookie"]
         # the victim's internal locations are never reachable from outside either
-        assert httpx.get(f"{nginx.url}{WOKEN_PREFIX}{victim_id}/secret", timeout=10).status_code == 404
+        assert web.get(f"{nginx.url}{WOKEN_PREFIX}{victim_id}/secret", timeout=10).status_code == 404
         assert attacker_id != victim_id
     finally:
         victim_server.shutdown()
@@ -379,7 +379,7 @@ def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> Non
             wake_key(routing_key(nginx), sample_record(ATTACKER[2], *ATTACKER[:2]).subject), old_key))
         proxy.reload(None)
         # the old hole, once nginx's master has applied the reload
-        wait_until(lambda: httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == SECRET_PAGE,
+        wait_until(lambda: web.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text == SECRET_PAGE,
                    timeout=15, message="the old route serves")
         nginx.wait_settled()
         records = [sample_record(VICTIM[2], *VICTIM[:2]), sample_record(ATTACKER[2], *ATTACKER[:2])]
@@ -387,7 +387,7 @@ def test_routes_of_an_older_version_are_renewed_at_start_up(nginx: Nginx) -> Non
         assert renewed == [attacker_id]  # the victim's route was today's already
         assert path.read_text() == current  # today's route, proxying where it did
         # the reload's new workers take over while the old ones finish (under load, a moment after settling)
-        wait_until(lambda: httpx.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text
+        wait_until(lambda: web.get(f"{nginx.url}/{slug}/pr-{ATTACKER[2]}/x", timeout=10).text
                    == "attacker's own page", timeout=10, message="the renewed route served")
         assert proxy.renew([(r.projectSlug, r.prNumber, r.deploymentId, r.subject, []) for r in records]) == []
     finally:

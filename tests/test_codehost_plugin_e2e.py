@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from orchestrator.rendering.plugin_host import build_plugin_host
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
@@ -52,7 +53,7 @@ def deliver(stack: Stack, action: str, repo: PullRequestRepo, sha: str, secret: 
                        "branch": repo.branch, "commit": sha, "clone_url": repo.clone_url,
                        "updated_at": datetime.now(UTC).isoformat()}).encode()
     signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return httpx.post(f"{stack.service.url}/webhook/forge", content=body, timeout=10, headers={
+    return web.post(f"{stack.service.url}/webhook/forge", content=body, timeout=10, headers={
         "Content-Type": "application/json", "X-Forge-Signature": signature, "X-Forge-Delivery": str(uuid.uuid4())})
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.payloads import comment_payload, pr_payload, webhook_headers
@@ -31,7 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def comment(stack: Stack, pr: int, text: str, user: str) -> None:
     body = comment_payload(pr, text, user)
-    answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+    answer = web.post(f"{stack.service.url}/webhook/codehost", content=body,
                         headers=webhook_headers(body, event="issue_comment"), timeout=10)
     assert answer.status_code == 200, answer.text
 
@@ -57,7 +57,7 @@ def sticky(stack: Stack, pr: int) -> str:
 
 
 def commands_done(stack: Stack, pr: int) -> int:
-    deliveries = httpx.get(f"{stack.service.url}/api/deliveries", params={"pr": str(pr)}, timeout=10).json()
+    deliveries = web.get(f"{stack.service.url}/api/deliveries", params={"pr": str(pr)}, timeout=10).json()
     return sum(d["action"] == "command" and d["outcome"] == "accepted" for d in deliveries["deliveries"])
 
 
@@ -89,7 +89,7 @@ def test_collaborators_run_commands_and_others_get_a_reply(stack: Stack) -> None
 
     # The operator's own reset (the API): the same, answered once done.
     assert psql(pr, db_password(pr), "CREATE TABLE again_by_the_app (x int)").returncode == 0
-    reset = httpx.post(f"{stack.service.url}/api/previews/{SLUG}-{pr}/reset-db", json={}, timeout=300)
+    reset = web.post(f"{stack.service.url}/api/previews/{SLUG}-{pr}/reset-db", json={}, timeout=300)
     assert reset.status_code == 200, reset.text
     assert "does not exist" in psql(pr, db_password(pr), "SELECT count(*) FROM again_by_the_app").stderr
     assert "Started by the service's operator" in sticky(stack, pr)
@@ -124,7 +124,7 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
     stack.codehost.open_pull(OWNER, NAME, pr, repo.branch, repo.sha_a, repo.clone_url)
     stack.codehost.pulls[(OWNER, NAME)][pr]["head"]["repo"] = {**fork, "clone_url": repo.clone_url}
     body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch, repo=fork)
-    assert httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
+    assert web.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
                       timeout=10).status_code == 200
     wait_until(lambda: any(f"/preview approve {repo.sha_a}" in body for body in comments(stack, pr)),
                timeout=30, message="the fork's refusal names the command")
@@ -146,7 +146,7 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
 
     # A later push of the fork is not deployed without another approval: its event runs, the preview stays.
     push = pr_payload("synchronize", number=pr, sha=repo.sha_b, clone_url=repo.clone_url, ref=repo.branch, repo=fork)
-    assert httpx.post(f"{stack.service.url}/webhook/codehost", content=push,
+    assert web.post(f"{stack.service.url}/webhook/codehost", content=push,
                       headers=webhook_headers(push, delivery="fork-push"), timeout=10).status_code == 200
     with_inbox = stack.root / "state" / "inbox.sqlite3"
 

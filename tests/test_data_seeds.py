@@ -17,7 +17,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from databases import postgres
@@ -31,6 +30,7 @@ from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.seed_containers import error_lines
 from orchestrator.runtime.seed_dumps import content_key, seed_key
 from orchestrator.state.records import DeploymentRecord, event_for_record
+from tests.support import web
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
@@ -241,7 +241,7 @@ def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack:
     assert sql(2, "select count(*) from products where id in (1, 9999)") == "2"
 
     # reset-db puts pull request 2's database back to the seed.
-    reset = httpx.post(f"{stack.service.url}/api/previews/{SLUG}-2/reset-db", json={}, timeout=300)
+    reset = web.post(f"{stack.service.url}/api/previews/{SLUG}-2/reset-db", json={}, timeout=300)
     assert reset.status_code == 200, reset.text  # answered once done
     assert sql(2, "select count(*) from products where id in (1, 9999)") == "1"
 
@@ -335,7 +335,7 @@ def test_snapshots_commands_broken_dumps_and_a_second_repository(stack: Stack) -
     other = wait_other(stack, 7)
     keys = {seed["repository"]: seed["key"] for seed in data_seeds(stack)}
     assert other == "running" and "github/acme/other" in keys  # restored for it, not taken from the first
-    assert "restoring file seeds/demo.sql" in httpx.get(
+    assert "restoring file seeds/demo.sql" in web.get(
         f"{stack.service.url}/api/previews/acme-other-7/logs", timeout=10).text
     for pr, repo in ((3, snap), (4, missing), (5, broken), (6, first)):
         stack.close(pr, repo, repo.sha_a)

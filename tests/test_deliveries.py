@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from falcon import testing
 
@@ -19,6 +18,7 @@ from orchestrator.events.delivery_log import DeliveryLog, Entry
 from orchestrator.http.app import create_app
 from orchestrator.settings import Settings
 from orchestrator.state.records import PullRequestEvent
+from tests.support import web
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.payloads import pr_payload, webhook_headers
@@ -186,7 +186,7 @@ def test_the_cli_lists_and_replays_deliveries(tmp_path: Path) -> None:
                         TEST_JOURNAL=str(journal)) as service:
         assert run_cli("deliveries", url=service.url).stdout == "No deliveries.\n"
         body = pr_payload("opened", number=12)
-        assert httpx.post(f"{service.url}/webhook/codehost", content=body,
+        assert web.post(f"{service.url}/webhook/codehost", content=body,
                           headers=webhook_headers(body, delivery="d-cli")).status_code == 200
         handled = RecordingHandler(store=None, journal=journal)  # type: ignore[arg-type] - reads the journal only
         wait_until(lambda: len(handled.entries()) == 1, timeout=10)

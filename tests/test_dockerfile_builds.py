@@ -18,6 +18,7 @@ import pytest
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment, write_rendered
 from orchestrator.rendering.plugin_host import PluginHost
+from tests.support import web
 from tests.support.standins import STANDIN_OVERRIDES, require_engine
 
 SAMPLES = Path(__file__).parent / "sample_apps"
@@ -55,8 +56,8 @@ def test_builtin_dockerfile_builds_and_serves(host: PluginHost, tmp_path: Path, 
         body = ""
         for _ in range(100):
             try:
-                if httpx.get(f"{url}/health", timeout=2).text == "ok":
-                    body = httpx.get(f"{url}/", timeout=2).text
+                if web.get(f"{url}/health", timeout=2).text == "ok":
+                    body = web.get(f"{url}/", timeout=2).text
                     break
             except httpx.TransportError:
                 pass

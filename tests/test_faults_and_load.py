@@ -11,11 +11,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from orchestrator.adapters.leftovers import marked_processes
 from orchestrator.common.host_env import HostEnv
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.nginx import Nginx
@@ -84,7 +84,7 @@ def test_an_unreachable_clone_url_fails_cleanly(stack: Stack) -> None:
     pr = 63
     repo = make_pr_repo(stack.root / "repos", "python", "gone/repo", config=config_for("python"))
     body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=str(stack.root / "no-such.git"), ref=repo.branch)
-    response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body))
+    response = web.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body))
     assert response.status_code == 200
     assert stack.wait_for(pr, "failed")["error"] == "Git clone or checkout failed"
     stack.wait_comment(pr, "Git clone or checkout failed")
@@ -99,7 +99,7 @@ def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -
 
     def send(pr: int) -> None:
         body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch)
-        response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+        response = web.post(f"{stack.service.url}/webhook/codehost", content=body,
                               headers=webhook_headers(body, delivery=f"load-{pr}"), timeout=30)
         if response.status_code != 200:
             errors.append(response.text)
@@ -168,7 +168,7 @@ def test_nginx_not_running_fails_the_deploy_and_leaves_no_route(stack: Stack) ->
         stack.send("opened", pr, repo, repo.sha_a)
         assert stack.wait_for(pr, "failed")["error"] == "Nginx reload failed"
         assert not (stack.root / "proxy" / f"{SLUG}-pr-{pr}.conf").exists()
-        assert httpx.get(f"{stack.service.url}/health").status_code == 200
+        assert web.get(f"{stack.service.url}/health").status_code == 200
     finally:
         stack.nginx.start()
     stack.close(pr, repo, repo.sha_a)
@@ -209,7 +209,7 @@ def test_docker_engine_stopped_mid_deploy(stack: Stack) -> None:
                timeout=60, message="engine down")
     try:
         assert stack.wait_for(pr, "failed")["error"] in ("Docker build failed", "Containers failed to start")
-        assert httpx.get(f"{stack.service.url}/health").status_code == 200
+        assert web.get(f"{stack.service.url}/health").status_code == 200
     finally:
         start_engine()
     stack.close(pr, repo, repo.sha_a)
@@ -311,7 +311,7 @@ def test_rotating_the_webhook_secret_keeps_every_preview_s_database_password(sta
                                    **{**stack.service.extra_env, "CODEHOST_WEBHOOK_SECRET": rotated}).start()
     try:
         body = pr_payload("synchronize", number=pr, sha=repo.sha_b, clone_url=repo.clone_url, ref=repo.branch)
-        response = httpx.post(f"{stack.service.url}/webhook/codehost", content=body,
+        response = web.post(f"{stack.service.url}/webhook/codehost", content=body,
                               headers=webhook_headers(body, secret=rotated), timeout=10)
         assert response.status_code == 200
         stack.wait_for(pr, "running", repo.sha_b)

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import ServiceProcess, free_port, wait_until
@@ -52,14 +52,14 @@ def test_a_first_start_without_a_secret_makes_one_keeps_it_and_never_prints_it(t
         assert re.fullmatch(r"[0-9a-f]{64}", secret)
         assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         ping = fixture_bytes("ping")
-        assert httpx.post(f"{service.url}/webhook/codehost", content=ping, timeout=10,
+        assert web.post(f"{service.url}/webhook/codehost", content=ping, timeout=10,
                           headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
     finally:
         service.stop()
     restarted = ServiceProcess(tmp_path, port=service.port, drop=("CODEHOST_WEBHOOK_SECRET",)).start()
     try:
         assert secret_file.read_text() == secret  # reused, not replaced
-        assert httpx.post(f"{restarted.url}/webhook/codehost", content=ping, timeout=10,
+        assert web.post(f"{restarted.url}/webhook/codehost", content=ping, timeout=10,
                           headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
     finally:
         restarted.stop()
@@ -128,11 +128,11 @@ def test_setup_nginx_installs_one_site_and_the_webhook_reaches_the_service_throu
         with ServiceProcess(tmp_path / "service", port=service.port, **nginx.env(tmp_path / "routes",
                                                                                    service.port)) as running:
             ping = fixture_bytes("ping")
-            through = httpx.post(f"http://127.0.0.1:{nginx.port}/webhook/codehost", content=ping, timeout=10,
+            through = web.post(f"http://127.0.0.1:{nginx.port}/webhook/codehost", content=ping, timeout=10,
                                  headers={**webhook_headers(ping, event="ping"), "Host": "localhost"})
             assert through.status_code == 200 and through.json() == {"status": "ok"}
             # only the webhook is public
-            assert httpx.get(f"http://127.0.0.1:{nginx.port}/api/previews", headers={"Host": "localhost"},
+            assert web.get(f"http://127.0.0.1:{nginx.port}/api/previews", headers={"Host": "localhost"},
                              timeout=10).status_code == 404
             assert running.process is not None
         again = cli("setup-nginx", env=env)
@@ -260,7 +260,7 @@ def test_up_and_down_of_the_readme_example_through_nginx(stack: Stack, tmp_path:
     assert re.fullmatch(r"local-hello-1: deploying examples/hello \(snapshot [0-9a-f]{7}\)", lines[0])
     assert "clone --no-checkout" in up.stdout and "health probe" in up.stdout  # the build, live
     assert lines[-1] == f"local-hello-1: running at {stack.nginx.url}/local-hello/pr-1/"
-    wait_until(lambda: httpx.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).text
+    wait_until(lambda: web.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).text
                == "Hello from a preview! Database: reachable.\n", timeout=15, message="page")
     record = stack.records()["local-hello-1"]
     assert record["source"] == "local" and record["commentId"] is None and record["codehostDeploymentId"] is None
@@ -274,19 +274,19 @@ def test_up_and_down_of_the_readme_example_through_nginx(stack: Stack, tmp_path:
     again = cli("up", str(work), "--name", "hello", env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1] == f"local-hello-1: running at {stack.nginx.url}/local-hello/pr-1/"
-    wait_until(lambda: httpx.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).text.startswith("Hi again"),
+    wait_until(lambda: web.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).text.startswith("Hi again"),
                timeout=15, message="updated page")
     down = cli("down", "local-hello-1", env=env)
     assert down.returncode == 0 and down.stdout.strip() == "Preview local-hello-1 cleaned up"
     assert "local-hello-1" not in stack.records()
-    assert httpx.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).status_code == 404
+    assert web.get(f"{stack.nginx.url}/local-hello/pr-1/", timeout=10).status_code == 404
 
 
 def test_local_previews_count_against_the_limit_and_refuse_bad_requests(stack: Stack, tmp_path: Path) -> None:
     url = f"{stack.service.url}/api/previews"
-    bad = httpx.post(url, json={"path": "relative", "name": "x", "branch": "main", "sha": "a" * 40}, timeout=10)
+    bad = web.post(url, json={"path": "relative", "name": "x", "branch": "main", "sha": "a" * 40}, timeout=10)
     assert bad.status_code == 400 and "path" in bad.json()["error"]
-    missing = httpx.post(url, json={"path": str(tmp_path), "name": "x", "branch": "main", "sha": "a" * 40},
+    missing = web.post(url, json={"path": str(tmp_path), "name": "x", "branch": "main", "sha": "a" * 40},
                          timeout=10)
     assert missing.status_code == 400 and "is not a git repository" in missing.json()["error"]
 

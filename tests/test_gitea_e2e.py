@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
@@ -38,7 +39,7 @@ def stack(gitea: FakeCodeHost, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def deliver(stack: Stack, body: bytes, expect: int = 200, **headers: object) -> httpx.Response:
-    response = httpx.post(f"{stack.service.url}/webhook/gitea", content=body, timeout=10,
+    response = web.post(f"{stack.service.url}/webhook/gitea", content=body, timeout=10,
                           headers=gitea_headers(body, **headers))  # type: ignore[arg-type]
     assert response.status_code == expect, response.text
     return response
@@ -100,7 +101,7 @@ def test_bad_signatures_and_repositories_not_allowed_change_nothing(stack: Stack
     calls = len(gitea.calls)
     unsigned = {key: value for key, value in gitea_headers(body).items()
                 if key not in ("X-Gitea-Signature", "X-Gogs-Signature")}
-    refused = httpx.post(f"{stack.service.url}/webhook/gitea", content=body, headers=unsigned, timeout=10)
+    refused = web.post(f"{stack.service.url}/webhook/gitea", content=body, headers=unsigned, timeout=10)
     assert refused.status_code == 401 and refused.json() == {"error": "Invalid signature"}
     deliver(stack, body, expect=401, secret="not-the-secret")
     other = body.replace(b'"full_name": "gitea/webhooks"', b'"full_name": "gitea/elsewhere"')

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
@@ -38,7 +38,7 @@ def stack(gitlab: FakeCodeHost, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def deliver(stack: Stack, body: bytes, expect: int = 200, token: str = GITLAB_SECRET) -> None:
-    response = httpx.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers(token),
+    response = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers(token),
                           timeout=10)
     assert response.status_code == expect, response.text
 
@@ -86,14 +86,14 @@ def test_a_delivery_without_its_token_or_of_a_project_not_allowed_records_nothin
     repo = make_pr_repo(stack.root / "repos", "python", "feature/gitlab-refused", config=config_for("python"))
     body = gitlab_payload("open", iid=6, sha=repo.sha_a, ref=repo.branch, project=PROJECT, clone_url=repo.clone_url)
     headers = {key: value for key, value in gitlab_headers().items() if key != "X-Gitlab-Token"}
-    missing = httpx.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=headers, timeout=10)
+    missing = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=headers, timeout=10)
     assert (missing.status_code, missing.json()) == (401, {"error": "Invalid signature"})
-    wrong = httpx.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers("nope"),
+    wrong = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers("nope"),
                        timeout=10)
     assert (wrong.status_code, wrong.json()) == (401, {"error": "Invalid signature"})
     other = gitlab_payload("open", iid=6, sha=repo.sha_a, ref=repo.branch, project="platform/web-team/admin",
                            clone_url=repo.clone_url)
-    refused = httpx.post(f"{stack.service.url}/webhook/gitlab", content=other, headers=gitlab_headers(), timeout=10)
+    refused = web.post(f"{stack.service.url}/webhook/gitlab", content=other, headers=gitlab_headers(), timeout=10)
     assert (refused.status_code, refused.json()) == (403, {"error": "Repository not in allowed list"})
     assert not any(record.endswith("-6") for record in stack.records())
 

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from orchestrator.adapters.build_commands import BUILD_ROLE
 from orchestrator.adapters.leftovers import marked_processes
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import ROLE_LABEL
+from tests.support import web
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.repos import config_for
@@ -277,7 +277,7 @@ def test_closed_and_delete_stop_a_running_build_at_once(stack: Stack, victim: Pu
             stack.send("closed", pr, repo, repo.sha_a)
             stack.wait_gone(pr)
         else:
-            response = httpx.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=60)
+            response = web.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=60)
             assert response.status_code == 200, response.text
         assert time.monotonic() - started < 45  # long before the build command's 90 s would have ended
         witness.check()
@@ -364,7 +364,7 @@ def test_a_cleanup_that_fails_keeps_the_record_until_everything_is_gone(stack: S
     [volume] = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={SLUG}-{pr}").split()
     blocker = docker("run", "-d", "-v", f"{volume}:/held", "po-standin/base:test", "sleep", "300")
     try:
-        response = httpx.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=120)
+        response = web.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=120)
         assert response.status_code == 500
         assert response.json()["error"].startswith("Cleanup incomplete: ")
         record = stack.records()[f"{SLUG}-{pr}"]
@@ -372,7 +372,7 @@ def test_a_cleanup_that_fails_keeps_the_record_until_everything_is_gone(stack: S
         assert f"{SLUG}-{pr}" in stack.store()["portAllocations"]
     finally:
         docker("rm", "--force", blocker)
-    response = httpx.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=120)
+    response = web.delete(f"{stack.service.url}/api/previews/{SLUG}-{pr}", timeout=120)
     assert response.status_code == 200, response.text
     assert_fully_removed(stack, pr)
 

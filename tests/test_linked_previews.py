@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -21,6 +20,7 @@ from orchestrator.plugin_api.preview_links import LinkConfig
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.state.records import PreviewLink
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.engines import engine_for
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
@@ -133,7 +133,7 @@ def test_the_documented_frontend_links_the_api_as_the_tests_deploy_it(host: Plug
 
 def api_pull(stack: Stack, action: str, pr: int, repo: PullRequestRepo, sha: str) -> None:
     body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch, repository="acme/api")
-    answer = httpx.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
+    answer = web.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
                         timeout=10)
     assert answer.status_code == 200, answer.text
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import web
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess, wait_until
 from tests.support.payloads import FIXTURE_DEPLOYMENT, pr_payload, webhook_headers
@@ -32,20 +33,20 @@ def journal(tmp_path: Path) -> RecordingHandler:
 
 
 def send(service: ServiceProcess, body: bytes, delivery: str | None = None) -> httpx.Response:
-    return httpx.post(f"{service.url}/webhook/codehost", content=body,
+    return web.post(f"{service.url}/webhook/codehost", content=body,
                       headers=webhook_headers(body, delivery=delivery), timeout=10)
 
 
 def test_real_process_serves_the_contract(tmp_path: Path) -> None:
     with ServiceProcess(tmp_path, **recording_env(tmp_path)) as service:
-        health = httpx.get(f"{service.url}/health").json()
+        health = web.get(f"{service.url}/health").json()
         assert health["status"] == "ok"
-        assert httpx.get(f"{service.url}/api-docs").status_code == 200
+        assert web.get(f"{service.url}/api-docs").status_code == 200
         assert send(service, pr_payload()).json() == {"status": "ok"}
         wait_until(lambda: len(journal(tmp_path).entries()) == 1, message="event processed")
-        listed = httpx.get(f"{service.url}/api/previews").json()["deployments"]
+        listed = web.get(f"{service.url}/api/previews").json()["deployments"]
         assert [d["deploymentId"] for d in listed] == [FIXTURE_DEPLOYMENT]
-        bad = httpx.post(
+        bad = web.post(
             f"{service.url}/webhook/codehost", content=b"{}", headers={"X-Hub-Signature-256": "x"}
         )
         assert bad.status_code == 401 and bad.json() == {"error": "Invalid signature"}
@@ -79,7 +80,7 @@ def test_acknowledged_events_survive_sigkill_and_run_exactly_once(tmp_path: Path
         wait_until(lambda: len(journal(tmp_path).entries()) == 5, message="all events processed")
         # A redelivery after the restart is acknowledged and not processed again.
         assert send(restarted, pr_payload(number=1), delivery="delivery-1").status_code == 200
-        listed = httpx.get(f"{restarted.url}/api/previews").json()["deployments"]
+        listed = web.get(f"{restarted.url}/api/previews").json()["deployments"]
     done = [entry["delivery"] for entry in journal(tmp_path).entries()]
     assert sorted(done) == deliveries
     assert len(listed) == 5
@@ -97,4 +98,4 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path: Path) 
             capture_output=True, text=True, timeout=600, cwd=tmp_path,
         )
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-        assert httpx.get(f"{service.url}/health").status_code == 200
+        assert web.get(f"{service.url}/health").status_code == 200

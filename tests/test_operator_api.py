@@ -12,7 +12,6 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 from falcon import testing
 
 from orchestrator.cli.service_client import previews_table
@@ -23,6 +22,7 @@ from orchestrator.observability.metrics import Metrics
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, StoreFile
 from orchestrator.state.store import DeploymentStore
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess, wait_until
@@ -265,7 +265,7 @@ def test_cli_talks_to_the_running_service(tmp_path: Path) -> None:
                         TEST_JOURNAL=str(journal)) as service:
         assert run_cli("list", url=service.url).stdout == "No previews.\n"
         body = pr_payload("opened", number=12)
-        assert httpx.post(f"{service.url}/webhook/codehost", content=body,
+        assert web.post(f"{service.url}/webhook/codehost", content=body,
                           headers=webhook_headers(body)).status_code == 200
         wait_until(lambda: "codertocat-hello-world-12" in run_cli("list", url=service.url).stdout, timeout=10)
         listed = run_cli("list", url=service.url).stdout.splitlines()

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import web
 from tests.support.browser import chromium
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
@@ -79,10 +80,10 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert "live-test-token-8d2e" not in followed.stdout  # the service's token never appears
 
     # The same log, whole, over HTTP and the CLI; an unknown id is a 404 with the spec's error shape.
-    whole = httpx.get(f"{stack.service.url}/api/previews/{deployment}/logs", timeout=10)
+    whole = web.get(f"{stack.service.url}/api/previews/{deployment}/logs", timeout=10)
     assert whole.status_code == 200 and whole.headers["content-type"].startswith("text/plain")
     assert whole.text.startswith(followed.stdout[:200]) and "running after" in whole.text
-    missing = httpx.get(f"{stack.service.url}/api/previews/{SLUG}-999/logs", timeout=10)
+    missing = web.get(f"{stack.service.url}/api/previews/{SLUG}-999/logs", timeout=10)
     assert missing.status_code == 404 and missing.json() == {"error": "Deployment not found"}
     assert cli(stack, "logs", f"{SLUG}-999").returncode == 1
 
@@ -106,7 +107,7 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert header.split() == ["ID", "STATUS", "HOST", "PR", "BRANCH", "COMMIT", "AGE", "URL"]
     assert row.split()[:6] == [deployment, "running", "github", f"#{pr}", "feature/ops", repo.sha_b[:7]]
 
-    metrics = httpx.get(f"{stack.service.url}/metrics", timeout=10)
+    metrics = web.get(f"{stack.service.url}/metrics", timeout=10)
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
     ARTIFACTS.mkdir(exist_ok=True)
@@ -128,7 +129,7 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert states(stack, pr)[-1] == (repo.sha_b, ["in_progress", "success", "inactive"])
     stack.wait_comment(pr, "Preview removed")
     assert comment  # the ready comment was seen before the removal replaced it
-    after = httpx.get(f"{stack.service.url}/metrics", timeout=10).text
+    after = web.get(f"{stack.service.url}/metrics", timeout=10).text
     assert metric(after, "preview_orchestrator_cleanups_total", result="success") >= 1
 
 
@@ -145,7 +146,7 @@ def test_a_failed_deploy_reports_failure_with_the_log_tail(stack: Stack) -> None
                               "<summary>Last lines of the log</summary>\n\n```\nabout to fail\n```", "after",
                               "Push a new commit to retry, or close and reopen")
     assert repo.sha_a[:7] in body
-    text = httpx.get(f"{stack.service.url}/metrics", timeout=10).text
+    text = web.get(f"{stack.service.url}/metrics", timeout=10).text
     assert metric(text, "preview_orchestrator_deploys_total", framework="python", result="failure") >= 1
     stack.send("closed", pr, repo, repo.sha_a)
     stack.wait_gone(pr)
@@ -220,14 +221,14 @@ def test_follow_ends_when_the_preview_is_removed(stack: Stack) -> None:
 
     def follow() -> None:
         began = time.monotonic()
-        with httpx.stream("GET", f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs", params={"follow": "true"},
+        with web.stream("GET", f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs", params={"follow": "true"},
                           timeout=httpx.Timeout(10, read=120)) as response:
             result["text"] = b"".join(response.iter_bytes()).decode()
         result["seconds"] = time.monotonic() - began
 
     reader = threading.Thread(target=follow)
     reader.start()
-    wait_until(lambda: "$ sh -c sleep 30" in httpx.get(
+    wait_until(lambda: "$ sh -c sleep 30" in web.get(
         f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs", timeout=10).text, timeout=60, message="sleep runs")
     stack.send("closed", pr, repo, repo.sha_a)  # queued behind the build; the stream ends after the cleanup
     reader.join(180)

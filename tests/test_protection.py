@@ -30,6 +30,7 @@ from orchestrator.http.app import create_app
 from orchestrator.http.resources.preview_access import clean_location
 from orchestrator.settings import SettingsError, load_settings
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.handlers import RecordingHandler
 from tests.support.live import ServiceProcess
@@ -127,14 +128,14 @@ def test_basic_protection_asks_every_request_for_credentials(nginx: Nginx, tmp_p
         proxy.install("acme-api", 3, "acme-api-3", port, log, subject=subject_of("acme-api-3"))
         proxy.wait_served("acme-api", 3, "acme-api-3", log, FlowControl(60))  # nginx's 401 is the route's
         url = f"{nginx.url}/acme-api/pr-3/x"
-        refused = httpx.get(url, timeout=10)
+        refused = web.get(url, timeout=10)
         assert refused.status_code == 401 and refused.headers["www-authenticate"] == 'Basic realm="Preview acme-api-3"'
         assert refused.headers["x-preview-deployment"] == "acme-api-3"
-        assert httpx.get(url, auth=("alice", "wrong"), timeout=10).status_code == 401
-        assert httpx.get(url, auth=("mallory", PASSWORD), timeout=10).status_code == 401
-        page = httpx.get(url, auth=("alice", PASSWORD), timeout=10)
+        assert web.get(url, auth=("alice", "wrong"), timeout=10).status_code == 401
+        assert web.get(url, auth=("mallory", PASSWORD), timeout=10).status_code == 401
+        page = web.get(url, auth=("alice", PASSWORD), timeout=10)
         assert page.status_code == 200 and "path=/x" in page.text
-        assert httpx.get(url, auth=("bob", "second"), timeout=10).status_code == 200
+        assert web.get(url, auth=("bob", "second"), timeout=10).status_code == 200
     users = nginx.routes / USERS_FILE
     text = users.read_text()
     assert re.fullmatch(r"alice:\$6\$[^:\n]+\nbob:\$6\$[^:\n]+\n", text), text  # SHA-512 crypt, never the password
@@ -155,8 +156,8 @@ def test_an_operators_htpasswd_file_is_used_as_is(nginx: Nginx, open_dir: Path) 
     with serve_app() as port:
         proxy.install("acme-api", 3, "acme-api-3", port, None, subject=subject_of("acme-api-3"))
         proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
-        assert httpx.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 401
-        assert httpx.get(f"{nginx.url}/acme-api/pr-3/", auth=("carol", "theirs"), timeout=10).status_code == 200
+        assert web.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 401
+        assert web.get(f"{nginx.url}/acme-api/pr-3/", auth=("carol", "theirs"), timeout=10).status_code == 200
     assert users_file.read_text() == f"carol:{hashed}\n"  # untouched
     assert not (nginx.routes / USERS_FILE).exists()
 
@@ -234,7 +235,7 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
                 proxy.install("acme-api", pr, f"acme-api-{pr}", port, None, subject=subject_of(f"acme-api-{pr}"))
                 proxy.wait_served("acme-api", pr, f"acme-api-{pr}", None, FlowControl(60))  # 401: protected
             three, four = f"{nginx.url}/acme-api/pr-3/", f"{nginx.url}/acme-api/pr-4/"
-            refused = httpx.get(three, timeout=10)
+            refused = web.get(three, timeout=10)
             assert refused.status_code == 401 and "This preview is protected" in refused.text
             assert refused.headers["x-preview-deployment"] == "acme-api-3"
             link = proxy.reviewer_link(three, subject_of("acme-api-3"))
@@ -242,7 +243,7 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
             assert check_preview_token(key, subject_of("acme-api-3"), token, time.time() + 3500)
             # PREVIEW_TOKEN_TTL_HOURS
             assert not check_preview_token(key, subject_of("acme-api-3"), token, time.time() + 3700)
-            with httpx.Client(timeout=10) as reviewer:
+            with web.Client(timeout=10) as reviewer:
                 first = reviewer.get(f"{three}items?keep=1&preview_token={token}")
                 assert first.status_code == 302 and first.headers["location"] == "/acme-api/pr-3/items?keep=1"
                 set_cookie = first.headers["set-cookie"]
@@ -253,16 +254,16 @@ def test_a_signed_link_opens_its_preview_only_until_it_expires(nginx: Nginx, tmp
                 assert reviewer.get(three).status_code == 200  # the cookie, on every request of this preview
                 assert reviewer.get(four).status_code == 401  # ... and of no other
             # the token or cookie of one preview opens no other
-            assert httpx.get(four, cookies={"preview_access": token}, timeout=10).status_code == 401
-            wrong = httpx.get(f"{four}?preview_token={token}", timeout=10)
+            assert web.get(four, cookies={"preview_access": token}, timeout=10).status_code == 401
+            wrong = web.get(f"{four}?preview_token={token}", timeout=10)
             assert wrong.status_code == 401 and "expired or is not for this preview" in wrong.text
             assert "set-cookie" not in wrong.headers
             # an expired token opens nothing, as a link or as a cookie
             expired = sign_preview_token(key, subject_of("acme-api-3"), int(time.time()) - 1)
-            assert httpx.get(f"{three}?preview_token={expired}", timeout=10).status_code == 401
-            assert httpx.get(three, cookies={"preview_access": expired}, timeout=10).status_code == 401
+            assert web.get(f"{three}?preview_token={expired}", timeout=10).status_code == 401
+            assert web.get(three, cookies={"preview_access": expired}, timeout=10).status_code == 401
             # health checks probe the app's own port: never asked for anything
-            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+            assert web.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
     finally:
         service.stop()
     logged = service.log_path.read_text() + service.out_path.read_text()
@@ -284,9 +285,9 @@ def test_login_app_behind_basic_authentication(open_dir: Path) -> None:
         record = stack.wait_for(pr, "running", repo.sha_a)
         link = comment_link(stack, pr)
         assert link == record["url"] == f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
-        refused = httpx.get(link, timeout=10)
+        refused = web.get(link, timeout=10)
         assert refused.status_code == 401 and refused.headers["x-preview-deployment"] == f"{SLUG}-{pr}"
-        with httpx.Client(timeout=10, auth=("reviewer", PASSWORD)) as client:
+        with web.Client(timeout=10, auth=("reviewer", PASSWORD)) as client:
             log_in_through(client, link, f"/{SLUG}/pr-{pr}/")
         assert PASSWORD not in stack.logs(pr)
         assert PASSWORD not in stack.service.log_path.read_text()

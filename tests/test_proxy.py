@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from orchestrator.adapters.nginx import FlagUnseen, Proxy, ProxyError
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
+from tests.support import web
 from tests.support.live import wait_until
 from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 
@@ -47,9 +47,9 @@ def upstream() -> Iterator[int]:
 def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: int) -> None:
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
     proxy.install("acme-api", 3, "acme-api-3", upstream, None, subject=subject_of("acme-api-3"))
-    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
+    wait_until(lambda: web.get(f"{nginx.url}/acme-api/pr-3/x?y=1").status_code == 200, timeout=10)
     nginx.wait_settled()
-    echoed = httpx.get(f"{nginx.url}/acme-api/pr-3/items?y=1", headers={"Connection": "Upgrade",
+    echoed = web.get(f"{nginx.url}/acme-api/pr-3/items?y=1", headers={"Connection": "Upgrade",
                                                                          "Upgrade": "websocket"}).text
     assert "path=/items?y=1" in echoed
     assert "x-forwarded-prefix=/acme-api/pr-3" in echoed and "x-real-ip=127.0.0.1" in echoed
@@ -59,13 +59,13 @@ def test_route_strips_the_prefix_and_forwards_headers(nginx: Nginx, upstream: in
     assert "proxy_read_timeout 300s;" in text and "proxy_connect_timeout 75s;" in text
     proxy.remove("acme-api", 3, None)
     assert not proxy.path("acme-api", 3).exists()
-    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
+    wait_until(lambda: web.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
 
 
 def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int) -> None:
     proxy = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
     proxy.install("acme-api", 3, "acme-api-3", upstream, None, subject=subject_of("acme-api-3"))
-    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
+    wait_until(lambda: web.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200, timeout=10)
     nginx.wait_settled()
     before = proxy.path("acme-api", 3).read_text()
     (nginx.routes / "zz-broken.conf").write_text("this is not nginx config;\n")
@@ -76,7 +76,7 @@ def test_a_failing_test_restores_the_previous_route(nginx: Nginx, upstream: int)
         proxy.install("acme-api", 4, "acme-api-4", upstream, None, subject=subject_of("acme-api-4"))
     assert not proxy.path("acme-api", 4).exists()
     (nginx.routes / "zz-broken.conf").unlink()
-    assert httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200  # the running config was never broken
+    assert web.get(f"{nginx.url}/acme-api/pr-3/").status_code == 200  # the running config was never broken
 
 
 def test_an_unchanged_served_route_is_not_reloaded(tmp_path: Path) -> None:
@@ -134,20 +134,20 @@ def test_redirects_and_cookies_of_an_app_that_ignores_the_prefix_stay_under_it(n
                   public_host=public, listen_port=nginx.port)
     proxy.install("acme-api", 3, "acme-api-3", login_app, None, subject=subject_of("acme-api-3"))
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
-    root = httpx.get(f"{nginx.url}/acme-api/pr-3/")
+    root = web.get(f"{nginx.url}/acme-api/pr-3/")
     # Absolute, with the host the browser asked for (nginx would otherwise put its own server name there).
     assert root.status_code == 302
     assert root.headers["location"] == f"http://{public}/acme-api/pr-3/auth/login?next=%2F"
     assert root.headers["x-preview-deployment"] == "acme-api-3"
-    login = httpx.get(root.headers["location"])
+    login = web.get(root.headers["location"])
     assert login.status_code == 200
     cookies = login.headers.get_list("set-cookie")
     assert "session=abc; Path=/acme-api/pr-3/; HttpOnly" in cookies
     assert "pref=dark; Path=/acme-api/pr-3/settings" in cookies
     # An absolute redirect to the public host comes back under the prefix; one to another host is left alone.
-    absolute = httpx.get(f"{nginx.url}/acme-api/pr-3/absolute")
+    absolute = web.get(f"{nginx.url}/acme-api/pr-3/absolute")
     assert absolute.headers["location"] == f"http://{public}/acme-api/pr-3/dashboard"
-    away = httpx.get(f"{nginx.url}/acme-api/pr-3/away")
+    away = web.get(f"{nginx.url}/acme-api/pr-3/away")
     assert away.headers["location"] == "https://accounts.example.org/oauth?return=/"
 
 
@@ -176,7 +176,7 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
     proxy.install("acme-api", 3, "acme-api-3", upstream, None, closed=True, subject=subject_of("acme-api-3"))
     # Seen loaded, as the deploy sees it while the app builds (nginx applies a reload a moment after the command).
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60), closed=True)
-    closed = httpx.get(f"{nginx.url}/acme-api/pr-3/")
+    closed = web.get(f"{nginx.url}/acme-api/pr-3/")
     assert closed.status_code == 404 and closed.headers["X-Preview-Closed"] == "acme-api-3"  # as if it did not exist
     assert "X-Preview-Deployment" not in closed.headers  # the served check does not take it for the route
     with pytest.raises(ProxyError, match="not served"):
@@ -184,12 +184,12 @@ def test_a_route_loaded_closed_opens_without_a_reload(open_nginx: Nginx, upstrea
     workers = nginx.workers()
     proxy.open("acme-api", 3)  # the app is healthy
     proxy.wait_served("acme-api", 3, "acme-api-3", None, FlowControl(60))
-    assert "path=/x" in httpx.get(f"{nginx.url}/acme-api/pr-3/x").text
+    assert "path=/x" in web.get(f"{nginx.url}/acme-api/pr-3/x").text
     assert nginx.workers() == workers  # no reload: the flag is looked at on every request
     # Closed at once by a cleanup, before nginx's reload; and no flag is left.
     proxy.remove("acme-api", 3, None)
     assert not proxy.flag_path("acme-api", 3).exists()
-    wait_until(lambda: httpx.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
+    wait_until(lambda: web.get(f"{nginx.url}/acme-api/pr-3/").status_code == 404, timeout=10)
     # Workers found not to see the flags (FlagUnseen): no flags after a restart either, until the mark is removed.
     proxy.stop_using_flags()
     restarted = Proxy(nginx.routes, nginx.test_command, nginx.reload_command, HostEnv.for_state_dir(nginx.routes))
@@ -204,7 +204,7 @@ def test_the_served_check_waits_out_the_old_workers_of_a_reload(open_nginx: Ngin
     for pr in range(1, 6):  # nginx keeps its old workers 0.1 s after a reload: none answers after `served`
         proxy.install("acme-api", pr, f"acme-api-{pr}", upstream, None, subject=subject_of(f"acme-api-{pr}"))
         proxy.wait_served("acme-api", pr, f"acme-api-{pr}", None, FlowControl(60))
-        answers = [httpx.get(f"{nginx.url}/acme-api/pr-{pr}/").status_code for _ in range(20)]
+        answers = [web.get(f"{nginx.url}/acme-api/pr-{pr}/").status_code for _ in range(20)]
         assert answers == [200] * 20, (pr, answers)
 
 

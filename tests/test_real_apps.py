@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support import web
 from tests.support.git_repos import PullRequestRepo, git
 from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
 
@@ -111,8 +112,8 @@ def repos(stack: Stack, apps: list[App]) -> dict[str, PullRequestRepo]:
 def add_note(stack: Stack, app: App, text: str) -> httpx.Response:
     url = f"{stack.nginx.url}/{SLUG}/pr-{app.pr}/notes"
     if app.notes_body == "text":
-        return httpx.post(url, content=text.encode(), timeout=30)
-    return httpx.post(url, json={"text": text}, timeout=30)
+        return web.post(url, content=text.encode(), timeout=30)
+    return web.post(url, json={"text": text}, timeout=30)
 
 
 def notes(stack: Stack, app: App) -> list[str]:

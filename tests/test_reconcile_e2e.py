@@ -9,9 +9,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.repos import config_for
@@ -67,7 +67,7 @@ def test_changes_no_webhook_brought_are_caught_up(tmp_path: Path) -> None:
         stack.wait_for(71, "running", missed.sha_b)
         stack.wait_page(71, "python says: commit B\n")
         assert RECONCILED in stack.wait_comment(71, "Preview ready", missed.sha_b[:7])
-        metrics = httpx.get(f"{stack.service.url}/metrics", timeout=10).text
+        metrics = web.get(f"{stack.service.url}/metrics", timeout=10).text
         for action in ("opened", "synchronize", "closed"):
             assert f'preview_orchestrator_reconcile_corrections_total{{action="{action}",codehost="github"}} 1.0' \
                 in metrics, action

@@ -40,6 +40,7 @@ from orchestrator.runtime.compose_cli import Compose
 from orchestrator.state.ports import APP_POOL, allocate, routed_ports
 from orchestrator.state.records import PortAllocation, PreviewRoute
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.browser import chromium, wait_for_fetched
 from tests.support.engines import engine_for
 from tests.support.fake_codehost import FakeCodeHost
@@ -261,11 +262,11 @@ def test_each_route_answers_from_its_own_service_with_the_app_s_protection(tmp_p
                 base = f"{nginx.url}/acme-api/pr-3"
 
                 def get(route: str, path: str, **kwargs: Any) -> httpx.Response:
-                    return httpx.get(f"{base}/{route}{path}", timeout=10, **kwargs)
+                    return web.get(f"{base}/{route}{path}", timeout=10, **kwargs)
             else:
                 def get(route: str, path: str, **kwargs: Any) -> httpx.Response:
                     host = f"{route.rstrip('/') + '--' if route else ''}acme-api-pr-3.{DOMAIN}"
-                    return httpx.get(f"{nginx.url}{path}", headers={"Host": host}, timeout=10, **kwargs)
+                    return web.get(f"{nginx.url}{path}", headers={"Host": host}, timeout=10, **kwargs)
 
             prefix = "/acme-api/pr-3" if mode == "path" else ""
             assert get("", "/x", auth=auth).text == f"app /x prefix={prefix}"
@@ -464,9 +465,9 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_path_and_find_each_othe
                          "url": f"{main}api/"}
         assert published(f"{SLUG}-{pr}", "api") == f"8081/tcp -> 127.0.0.1:{route['port']}"
         hello = f"hello from the API of {main}"
-        answer = httpx.get(f"{main}api/hello", timeout=10)
+        answer = web.get(f"{main}api/hello", timeout=10)
         assert answer.text == hello and answer.headers["x-preview-deployment"] == f"{SLUG}-{pr}"
-        assert httpx.get(f"{main}server", timeout=10).text == hello  # the frontend's server, on the preview's network
+        assert web.get(f"{main}server", timeout=10).text == hello  # the frontend's server, on the preview's network
         stack.wait_comment(pr, "Also routed", f"- `api`: {main}api/")
         with chromium() as browser:  # the page asks the API from the browser, through nginx
             wait_for_fetched(browser, main, "browser", hello)
@@ -492,7 +493,7 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_host(tmp_path: Path) ->
         api = f"http://api--{SLUG}-pr-{pr}.{DOMAIN}:{port}/"
         assert record["url"] == main and [route["url"] for route in record["routes"]] == [api]
         hello = f"hello from the API of {main}"
-        answer = httpx.get(f"{stack.nginx.url}/hello", headers={"Host": f"api--{SLUG}-pr-{pr}.{DOMAIN}"},
+        answer = web.get(f"{stack.nginx.url}/hello", headers={"Host": f"api--{SLUG}-pr-{pr}.{DOMAIN}"},
                            timeout=10)
         assert answer.text == hello and answer.headers["access-control-allow-origin"] == "*"
         with chromium(resolve_to_loopback=f"*.{DOMAIN}") as browser:  # another host: the API allows the origin
@@ -517,7 +518,7 @@ def test_a_request_to_the_api_route_of_a_sleeping_preview_wakes_it_and_gets_the_
         repo, record = deploy_example(stack, pr, "feature/system-sleep")
         main = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
         wait_asleep(stack, pr)
-        answer = httpx.get(f"{main}api/hello?from=sleep", timeout=60)  # not a browser: waits for the wake
+        answer = web.get(f"{main}api/hello?from=sleep", timeout=60)  # not a browser: waits for the wake
         assert answer.status_code == 200 and answer.text == f"hello from the API of {main}"
         assert stack.records()[f"{SLUG}-{pr}"]["status"] == "running"
         assert stack.logs(pr).count("a request came: waking up") == 1

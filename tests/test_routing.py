@@ -25,6 +25,7 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import preview_host_label
 from orchestrator.settings import SettingsError, load_settings
+from tests.support import web
 from tests.support.browser import chromium, open_page, page_summary
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port
@@ -117,7 +118,7 @@ def get_via(host: str, url: str, cafile: Path | None = None, **kwargs: object) -
     """A request to 127.0.0.1 as a browser would make it to `host`: Host header, and for https the server name
     (SNI) and the certificate checked against that name."""
     if cafile is None:
-        return httpx.get(url, headers={"Host": host}, timeout=10, **kwargs)  # type: ignore[arg-type]
+        return web.get(url, headers={"Host": host}, timeout=10, **kwargs)  # type: ignore[arg-type]
     context = ssl.create_default_context(cafile=str(cafile))
     with httpx.Client(verify=context, timeout=10) as client:
         return client.get(url, headers={"Host": host}, extensions={"sni_hostname": host}, **kwargs)  # type: ignore[arg-type]
@@ -196,7 +197,7 @@ def test_path_routes_bring_every_redirect_to_the_app_s_root_back_under_the_prefi
     base = f"{nginx.url}/acme-api/pr-3"
 
     def location(path: str) -> str:
-        response = httpx.get(f"{base}{path}", timeout=10)
+        response = web.get(f"{base}{path}", timeout=10)
         assert response.status_code == 302 and response.headers["x-preview-deployment"] == "acme-api-3"
         return response.headers["location"]
 
@@ -207,13 +208,13 @@ def test_path_routes_bring_every_redirect_to_the_app_s_root_back_under_the_prefi
     assert location("/elsewhere") == "https://accounts.example.org/oauth?return=/"  # another host: untouched
     # a redirect to another preview's path is the app's root like any other: it stays in this preview
     assert location("/other-preview") == f"http://{public}/acme-api/pr-3/acme-api/pr-4/"
-    page = httpx.get(f"{base}/x?y=1", timeout=10)
+    page = web.get(f"{base}/x?y=1", timeout=10)
     assert "path=/x?y=1" in page.text and "x-forwarded-prefix=/acme-api/pr-3" in page.text
     assert f"x-forwarded-host={public}" in page.text
     assert page.headers["set-cookie"] == "session=abc; Path=/acme-api/pr-3/; HttpOnly"
     assert page.headers["x-preview-deployment"] == "acme-api-3"
     # nginx's own pages carry no such header: that is how the deploy tells them apart
-    assert "x-preview-deployment" not in httpx.get(f"{nginx.url}/acme-api/pr-9/", timeout=10).headers
+    assert "x-preview-deployment" not in web.get(f"{nginx.url}/acme-api/pr-9/", timeout=10).headers
 
 
 def test_the_route_probe_fails_with_the_last_status_when_nginx_does_not_serve_the_route(nginx: Nginx) -> None:
@@ -264,7 +265,7 @@ def test_host_routing_gives_each_preview_a_server_of_its_own(nginx_all: Nginx, a
     assert get_via(host, f"{nginx.url}/relative").headers["location"] == "/auth/login?next=%2F"
     # another name, or the path form, is not this preview
     assert get_via(f"acme-api-pr-4.{DOMAIN}", f"{nginx.url}/").status_code == 404
-    assert httpx.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 404
+    assert web.get(f"{nginx.url}/acme-api/pr-3/", timeout=10).status_code == 404
     # switching back to path routing replaces the server by a location
     path_proxy = make_proxy(nginx)
     path_proxy.install("acme-api", 3, "acme-api-3", app, None, subject=subject_of("acme-api-3"))
@@ -368,9 +369,9 @@ def test_login_app_works_from_the_comment_link_under_the_path_prefix(tmp_path: P
         link = comment_link(stack, pr)
         assert link == record["url"] == f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
         # `running` came only once nginx served the route: the first click is the app's, never nginx's 404
-        assert httpx.get(link, timeout=10).headers["x-preview-deployment"] == f"{SLUG}-{pr}"
+        assert web.get(link, timeout=10).headers["x-preview-deployment"] == f"{SLUG}-{pr}"
         assert "nginx serves the route" in stack.logs(pr)
-        with httpx.Client(timeout=10) as client:
+        with web.Client(timeout=10) as client:
             log_in_through(client, link, f"/{SLUG}/pr-{pr}/")
         log_in_with_a_browser(link, f"/{SLUG}/pr-{pr}/", "routing-path")
         stack.close(pr, repo, repo.sha_a)

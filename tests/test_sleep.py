@@ -14,7 +14,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 
@@ -30,6 +29,7 @@ from orchestrator.state.records import DeploymentRecord, PortAllocation, PullReq
 from orchestrator.state.store import DeploymentStore
 from tests import test_protection, test_runtime_seam
 from tests.conftest import SettingsFactory
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port, wait_until
@@ -355,7 +355,7 @@ def test_concurrent_requests_to_a_sleeping_preview_share_one_wake_and_get_the_ap
     url = f"{nginx.url}/acme-api/pr-3/items/a%20b?x=1&y=2"
     try:
         with Service(settings, handler), ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda _: httpx.get(url, timeout=30), range(8)))
+            answers = list(pool.map(lambda _: web.get(url, timeout=30), range(8)))
             for answer in answers:  # every request: the app's answer, with the prefix removed, never an error
                 assert answer.status_code == 200, answer.text
                 assert answer.text == "app: GET /items/a%20b?x=1&y=2"
@@ -370,18 +370,18 @@ def test_concurrent_requests_to_a_sleeping_preview_share_one_wake_and_get_the_ap
             store.update(lambda data: data.deployments.update({"acme-api-3": data.deployments["acme-api-3"]
                                                                .model_copy(update={"status": "sleeping",
                                                                                    "sleptAt": datetime.now(UTC)})}))
-            posted = httpx.post(url, content=b"form", timeout=30)
+            posted = web.post(url, content=b"form", timeout=30)
             assert posted.status_code == 307 and posted.headers["location"] == "/acme-api/pr-3/items/a%20b?x=1&y=2"
-            assert httpx.post(url, content=b"form", timeout=30).text == "app: POST /items/a%20b?x=1&y=2"
+            assert web.post(url, content=b"form", timeout=30).text == "app: POST /items/a%20b?x=1&y=2"
             assert handler.wakes == 2
 
             # the wake endpoint answers nginx's wake location only: no key, no wake
             service = f"http://127.0.0.1:{settings.orchestrator_port}/api/preview-wake/acme-api-3"
-            assert httpx.get(service, timeout=10).status_code == 403
-            assert httpx.get(service, headers={"X-Preview-Wake-Key": wake_key(b"guess", record().subject)},
+            assert web.get(service, timeout=10).status_code == 403
+            assert web.get(service, headers={"X-Preview-Wake-Key": wake_key(b"guess", record().subject)},
                              timeout=10).status_code == 403
             # a client cannot reach the route's internal location of the app
-            assert httpx.get(f"{nginx.url}/.preview-orchestrator/app/acme-api-3/", timeout=10).status_code == 404
+            assert web.get(f"{nginx.url}/.preview-orchestrator/app/acme-api-3/", timeout=10).status_code == 404
     finally:
         handler.stop_app()
 
@@ -422,14 +422,14 @@ def test_a_running_app_that_drops_a_request_gets_it_once_and_the_client_its_502(
     try:
         with Service(settings, handler):
             url = f"{nginx.url}/acme-api/pr-3/form"
-            assert httpx.get(url, timeout=30).text == "app: GET /form"  # the app runs
-            dropped = httpx.post(url, content=b"order=1", timeout=30)
+            assert web.get(url, timeout=30).text == "app: GET /form"  # the app runs
+            dropped = web.post(url, content=b"order=1", timeout=30)
             assert dropped.status_code == 502 and "closed the connection" in dropped.text
             assert DroppingApp.posts == 1 and handler.wakes == 0
             # once it slept and woke, a request that came after the wake is the app's own failure too
             store.update(lambda data: data.deployments.update({"acme-api-3": running.model_copy(
                 update={"wokeAt": datetime.now(UTC) - timedelta(seconds=30)})}))
-            assert httpx.post(url, content=b"order=2", timeout=30).status_code == 502
+            assert web.post(url, content=b"order=2", timeout=30).status_code == 502
             assert DroppingApp.posts == 2 and handler.wakes == 0
     finally:
         app.shutdown()
@@ -452,14 +452,14 @@ def test_a_browser_gets_a_waking_up_page_while_the_wake_takes_long(wake_setup: t
     try:
         with Service(settings, handler):
             started = time.monotonic()
-            page = httpx.get(url, headers={"Accept": "text/html,application/xhtml+xml"}, timeout=30)
+            page = web.get(url, headers={"Accept": "text/html,application/xhtml+xml"}, timeout=30)
             assert time.monotonic() - started < 2.5
             assert page.status_code == 503 and "The preview is waking up" in page.text
             assert '<meta http-equiv="refresh" content="1">' in page.text and page.headers["retry-after"] == "1"
             assert page.headers["x-preview-deployment"] == "acme-api-3"
             wait_until(lambda: store.read().deployments["acme-api-3"].status == "running", timeout=10,
                        message="awake")
-            again = httpx.get(url, headers={"Accept": "text/html"}, timeout=30)  # the page's reload
+            again = web.get(url, headers={"Accept": "text/html"}, timeout=30)  # the page's reload
             assert again.status_code == 200 and again.text == "app: GET /"
             assert handler.wakes == 1
     finally:
@@ -479,7 +479,7 @@ def test_a_preview_on_its_own_host_wakes_with_the_request_s_own_path(open_dir: P
     handler = WakingHandler(store, app_port)
     try:
         with Service(settings, handler):
-            answer = httpx.get(f"{nginx.url}/items/a?x=1", headers={"Host": "acme-api-pr-3.preview.test"},
+            answer = web.get(f"{nginx.url}/items/a?x=1", headers={"Host": "acme-api-pr-3.preview.test"},
                                timeout=30)
             assert answer.status_code == 200 and answer.text == "app: GET /items/a?x=1"
             assert answer.headers["x-preview-deployment"] == "acme-api-3" and handler.wakes == 1
@@ -501,13 +501,13 @@ def test_protection_asks_for_credentials_before_a_request_can_wake_a_preview(
     handler = WakingHandler(store, app_port)
     url = f"{nginx.url}/acme-api/pr-3/"
     try:
-        with Service(settings, handler), httpx.Client(timeout=30) as reviewer:
+        with Service(settings, handler), web.Client(timeout=30) as reviewer:
             before = time.time()
-            refused = httpx.get(url, timeout=30)
+            refused = web.get(url, timeout=30)
             assert refused.status_code == 401 and refused.headers["x-preview-deployment"] == "acme-api-3"
             wrong = ({"auth": ("alice", "wrong")} if protection == "basic"
                      else {"cookies": {"preview_access": "1.forged"}})
-            assert httpx.get(url, timeout=30, **wrong).status_code == 401  # type: ignore[arg-type]
+            assert web.get(url, timeout=30, **wrong).status_code == 401  # type: ignore[arg-type]
             time.sleep(0.5)
             assert handler.wakes == 0 and store.read().deployments["acme-api-3"].status == "sleeping"
             assert proxy.last_activity("acme-api", 3) < before  # turned away: no activity either

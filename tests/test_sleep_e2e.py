@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from tests import test_protection
+from tests.support import web
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, assert_fully_removed, start_stack, stop_stack
@@ -60,7 +61,7 @@ def deploy(stack: Stack, pr: int, branch: str) -> PullRequestRepo:
 
 
 def metric(stack: Stack, line_start: str) -> str:
-    text = httpx.get(f"{stack.service.url}/metrics", timeout=10).text
+    text = web.get(f"{stack.service.url}/metrics", timeout=10).text
     return next((line for line in text.splitlines() if line.startswith(line_start)), "")
 
 
@@ -84,11 +85,11 @@ def test_an_idle_preview_sleeps_and_a_request_through_nginx_wakes_it(tmp_path: P
         assert deployment in stack.store()["portAllocations"]
         stack.wait_comment(pr, "Preview sleeping — opens on the next visit", record["url"])
         assert metric(stack, 'preview_orchestrator_previews{status="sleeping"}').endswith(" 1.0")
-        dashboard = httpx.get(f"{stack.service.url}/dashboard", timeout=10).text
+        dashboard = web.get(f"{stack.service.url}/dashboard", timeout=10).text
         assert "status-sleeping" in dashboard and "opens on the next visit" in dashboard
 
         # a request through nginx wakes it and gets the app's answer, from the same containers
-        answer = httpx.get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/", timeout=60)
+        answer = web.get(f"{stack.nginx.url}/{SLUG}/pr-{pr}/", timeout=60)
         assert answer.status_code == 200 and answer.text == PAGE_A
         assert answer.headers["x-preview-deployment"] == deployment
         assert stack.records()[deployment]["status"] == "running"
@@ -101,7 +102,7 @@ def test_an_idle_preview_sleeps_and_a_request_through_nginx_wakes_it(tmp_path: P
         wait_asleep(stack, pr)
         url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
         with ThreadPoolExecutor(6) as pool:
-            answers = list(pool.map(lambda _: httpx.get(url, timeout=60), range(6)))
+            answers = list(pool.map(lambda _: web.get(url, timeout=60), range(6)))
         assert [(a.status_code, a.text, a.headers.get("x-preview-deployment")) for a in answers] == [
             (200, PAGE_A, deployment)] * 6
         assert stack.logs(pr).count("a request came: waking up") == 2  # one per sleep
@@ -165,7 +166,7 @@ def request_in_background(stack: Stack, pr: int) -> tuple[threading.Thread, list
 
 def _get(url: str) -> httpx.Response | Exception:
     try:
-        return httpx.get(url, timeout=60)
+        return web.get(url, timeout=60)
     except httpx.HTTPError as exc:
         return exc
 
@@ -179,13 +180,13 @@ def test_protection_asks_for_credentials_before_a_request_wakes_a_preview(open_d
         wait_asleep(stack, pr)
         url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
         for auth in (None, ("reviewer", "wrong")):
-            refused = httpx.get(url, auth=auth, timeout=30)
+            refused = web.get(url, auth=auth, timeout=30)
             assert refused.status_code == 401 and refused.headers["x-preview-deployment"] == deployment
         time.sleep(1.5)  # a wake, had one been queued, would have started by now
         assert stack.records()[deployment]["status"] == "sleeping"
         assert set(container_states(deployment).values()) == {"exited"}
         assert "waking up" not in stack.logs(pr)
-        page = httpx.get(url, auth=("reviewer", PASSWORD), timeout=60)
+        page = web.get(url, auth=("reviewer", PASSWORD), timeout=60)
         assert page.status_code == 200 and page.text == PAGE_A
         assert stack.records()[deployment]["status"] == "running"
         stack.close(pr, repo, repo.sha_a)

@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import httpx
 import pytest
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from tests.support import web
 from tests.support.git_repos import make_pr_repo
 from tests.support.live import free_port, wait_until
 from tests.support.repos import config_for
@@ -109,7 +109,7 @@ class AnswersDuring:
 
     def _ask(self) -> None:
         while not self._stop.wait(0.05):
-            response = httpx.get(f"{self.stack.nginx.url}/{SLUG}/pr-{self.pr}/", timeout=30,
+            response = web.get(f"{self.stack.nginx.url}/{SLUG}/pr-{self.pr}/", timeout=30,
                                  headers={"Accept": "text/plain"})
             body = "being updated" if "is being updated" in response.text else response.text
             self.seen.append((response.status_code, body))

@@ -10,6 +10,7 @@ import httpx
 
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.tls import shared_context
 
 WATCH_SECONDS = 1.0  # between probes, the containers are looked at this often
 FIRST_GAP = 0.25  # probes start this close together and double up to the interval: apps answer in ~1 s
@@ -33,7 +34,7 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
     started = time.monotonic()
     attempt = 0
     gap, planned = min(first_gap, interval), 0.0
-    with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False) as client:
+    with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False, verify=shared_context()) as client:
         while True:
             control.check()
             if attempt:  # the first probe goes at once: an app that answers needs no look at its containers

@@ -15,6 +15,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL, ROLE_LABEL
 from orchestrator.common.naming import SHA_PATTERN, branch_problem
 from orchestrator.common.problems import describe_problems
 from orchestrator.common.safe_yaml import dump_compose
+from orchestrator.common.tls import shared_context as shared_tls_context
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.api_client import ApiClient, CodeHostError, RateLimit
 from orchestrator.plugin_api.checks import Check
@@ -76,6 +77,7 @@ __all__ = [
     "Settings",
     "dump_compose",
     "run_command",
+    "shared_tls_context",  # for httpx clients a plugin makes: httpx builds a context per client otherwise
     "ApiClient",
     "ApiCodeHost",
     "Check",

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from orchestrator.common.tls import shared_context
 from orchestrator.observability.metrics import Metrics
 
 log = logging.getLogger("orchestrator.codehost")
@@ -51,7 +52,7 @@ class ApiClient:
                  sleep: Callable[[float], None] = time.sleep, transport: httpx.BaseTransport | None = None) -> None:
         self._metrics = metrics  # the service's (`po_codehost` is given it): every call is counted there
         self._client = httpx.Client(base_url=base_url, headers={"User-Agent": "preview-orchestrator", **headers},
-                                    timeout=15.0, transport=transport)
+                                    timeout=15.0, transport=transport, verify=shared_context())
         self._retry_base = retry_base
         self._sleep = sleep
         self.rate_limit: RateLimit | None = None

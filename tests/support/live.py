@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import web
 from tests.support.payloads import FIXTURE_REPO, REPO_ROOT, SECRET
 from tests.support.test_engine import engine_env
 
@@ -68,7 +69,7 @@ class ServiceProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"service exited early:\n{self.log_path.read_text()}{self.out_path.read_text()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                if web.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 time.sleep(0.05)

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from orchestrator.common.naming import preview_subject
+from tests.support import web
 from tests.support.live import free_port
 
 CONFIG = """worker_processes 1;
@@ -75,7 +76,7 @@ class Nginx:
         subprocess.run(shlex.split(self.command()), check=True, timeout=30)
         for _ in range(100):
             try:
-                if httpx.get(f"{self.url}/nginx-alive", timeout=1).status_code == 200:
+                if web.get(f"{self.url}/nginx-alive", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 time.sleep(0.05)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import web
+
 
 def start_registry(root: Path, address: str, credentials: tuple[str, str] | None,
                    log_level: str = "warn") -> subprocess.Popen[bytes]:
@@ -43,6 +45,6 @@ def stop_registry(process: subprocess.Popen[bytes]) -> None:
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2).status_code in (200, 401)
+        return web.get(url, timeout=2).status_code in (200, 401)
     except httpx.HTTPError:
         return False

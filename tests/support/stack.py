@@ -17,6 +17,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.common.naming import deployment_id, preview_name, preview_segment
 from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL
+from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo
 from tests.support.live import ServiceProcess, wait_until
@@ -42,7 +43,7 @@ class Stack:
              repository: str | None = None) -> httpx.Response:
         body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch,
                           repository=repository)
-        response = httpx.post(f"{self.service.url}/webhook/codehost", content=body,
+        response = web.post(f"{self.service.url}/webhook/codehost", content=body,
                               headers=webhook_headers(body), timeout=10)
         assert response.status_code == expect, response.text
         return response
@@ -54,7 +55,7 @@ class Stack:
         assert_fully_removed(self, pr)
 
     def records(self) -> dict[str, dict]:
-        deployments = httpx.get(f"{self.service.url}/api/previews", timeout=10).json()["deployments"]
+        deployments = web.get(f"{self.service.url}/api/previews", timeout=10).json()["deployments"]
         return {d["deploymentId"]: d for d in deployments}
 
     def store(self) -> dict:
@@ -84,11 +85,11 @@ class Stack:
         self.nginx.wait_settled()
 
     def page(self, pr: int, path: str = "", slug: str = SLUG) -> httpx.Response:
-        return httpx.get(f"{self.nginx.url}/{slug}/{preview_segment(pr)}/{path}", timeout=10)
+        return web.get(f"{self.nginx.url}/{slug}/{preview_segment(pr)}/{path}", timeout=10)
 
     def logs(self, pr: int) -> str:
         """The deployment log, as the service serves it."""
-        return httpx.get(f"{self.service.url}/api/previews/{deployment_id(SLUG, pr)}/logs", timeout=10).text
+        return web.get(f"{self.service.url}/api/previews/{deployment_id(SLUG, pr)}/logs", timeout=10).text
 
     def wait_comment(self, pr: int, *texts: str) -> str:
         """The comment follows the record (the spec's order: record, then comment)."""

@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from tests.support import web
 from tests.support.registry import start_registry, stop_registry
 
 NODES = ("manager", "worker1", "worker2")
@@ -246,10 +245,10 @@ class SwarmCluster:
         """repository -> tags, of every repository the registry still lists (tags may be empty)."""
         found: dict[str, list[str]] = {}
         auth = self.registry_credentials
-        repositories = httpx.get(f"http://{self.registry}/v2/_catalog?n=1000", auth=auth,
+        repositories = web.get(f"http://{self.registry}/v2/_catalog?n=1000", auth=auth,
                                  timeout=10).json()["repositories"]
         for repository in repositories or []:
-            tags = httpx.get(f"http://{self.registry}/v2/{repository}/tags/list", auth=auth,
+            tags = web.get(f"http://{self.registry}/v2/{repository}/tags/list", auth=auth,
                              timeout=10).json().get("tags")
             found[repository] = sorted(tags or [])
         return found

@@ -22,8 +22,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from orchestrator.plugin_api import shared_tls_context
 
 MIRROR = "mirror"  # never a deployment id: those end with the pull request's number
 MANIFEST_TYPES = ", ".join((
@@ -66,7 +69,7 @@ class Registry:
     def ping(self) -> str:
         """'' when the registry answers the v2 API, else why not."""
         try:
-            response = httpx.get(f"{self._base}/", timeout=5)
+            response = _request("GET", f"{self._base}/", timeout=5)
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}"
         return "" if response.status_code in (200, 401) else f"HTTP {response.status_code}"
@@ -74,10 +77,10 @@ class Registry:
     def access(self) -> tuple[int, int | None]:
         """The status of a catalogue listing without credentials, and with the service's (None without any)."""
         url = f"{self._base}/_catalog?n=1"
-        anonymous = httpx.get(url, timeout=5).status_code
+        anonymous = _request("GET", url, timeout=5).status_code
         if self.credentials is None:
             return anonymous, None
-        return anonymous, httpx.get(url, auth=self.credentials, timeout=5).status_code
+        return anonymous, _request("GET", url, auth=self.credentials, timeout=5).status_code
 
     def tags(self, deployment_id: str | None = None) -> dict[str, list[str]]:
         """Repository -> its tags, of one deployment or of every deployment (tagless repositories left out)."""
@@ -99,14 +102,14 @@ class Registry:
 
     def delete(self, repository: str, tag: str) -> None:
         try:
-            head = httpx.head(f"{self._base}/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES},
+            head = _request("HEAD", f"{self._base}/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES},
                               auth=self.credentials, timeout=self._timeout)
             if head.status_code == 404:
                 return
             digest = head.headers.get("Docker-Content-Digest")
             if head.status_code != 200 or not digest:
                 raise RegistryError(f"{repository}:{tag}: manifest not found (HTTP {head.status_code})")
-            response = httpx.delete(f"{self._base}/{repository}/manifests/{digest}", auth=self.credentials,
+            response = _request("DELETE", f"{self._base}/{repository}/manifests/{digest}", auth=self.credentials,
                                     timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise RegistryError(f"{repository}:{tag}: {type(exc).__name__}") from None
@@ -127,7 +130,7 @@ class Registry:
 
     def _get(self, url: str) -> httpx.Response:
         try:
-            response = httpx.get(url, auth=self.credentials, timeout=self._timeout)
+            response = _request("GET", url, auth=self.credentials, timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise RegistryError(f"{url}: {type(exc).__name__}") from None
         if response.status_code != 200:
@@ -194,3 +197,8 @@ def _registry_key(address: str) -> tuple[str, str]:
     else:
         host, port = address, ""
     return ("loopback" if host in _LOOPBACK else host, port or "443")
+
+
+def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    """One call with the shared TLS context (a registry may be https)."""
+    return httpx.request(method, url, verify=shared_tls_context(), **kwargs)
