@@ -100,3 +100,29 @@ def test_the_first_probe_goes_before_any_look_at_the_containers(app, tmp_path: P
     threading.Timer(0.6, answer.update, kwargs={"status": 200}).start()
     assert wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60), watch=watch)
     assert looks and looks[0] < seen[-1]  # not up at once: watched between the probes as before
+
+
+def test_health_waits_and_code_host_clients_share_one_tls_context(app, tmp_path: Path,  # noqa: ANN001
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a TLS context loads the CA bundle (~20 ms of CPU): a deploy's health wait, a code host's client and
+    a registry call take the process's one context instead of building their own (httpx's default)."""
+    import ssl
+
+    import httpx
+
+    from orchestrator.common.tls import shared_context
+    from orchestrator.observability.metrics import Metrics
+    from orchestrator.plugin_api import ApiClient
+
+    context = shared_context()
+    assert context is shared_context() and context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    built: list[object] = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: built.append(1) or real(*a, **k))
+    url, _, answer = app
+    answer["status"] = 200
+    for _ in range(2):
+        assert wait_healthy(url, 5, 60, DeploymentLog(tmp_path / "log"), FlowControl(60))
+        ApiClient("https://codehost.invalid/api", {}, metrics=Metrics()).close()
+    httpx.Client().close()  # what the counting sees: httpx's own default builds one
+    assert len(built) == 1
