@@ -30,6 +30,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.checks import Check, run_all_safely, run_safely
 from orchestrator.rendering.plugin_host import PluginError, PluginHost, build_plugin_host
+from orchestrator.runtime.compose_program import compose_program
 from orchestrator.settings import DEFAULT_CODEHOST, Settings, SettingsError
 from orchestrator.state.ports import APP_POOL, DB_POOL, held_ports, host_port_free
 from orchestrator.state.store import DeploymentStore, StoreError
@@ -134,7 +135,7 @@ def _docker_engine(env: HostEnv) -> Check:
 
 
 def _compose(env: HostEnv) -> Check:
-    ok, output = _command(["docker", "compose", "version", "--short"], env.docker())
+    ok, output = _command([*compose_program(env.docker()), "version", "--short"], env.docker())  # as runtimes do
     return Check("docker compose v2", ok and output[:1] == "2", output,
                  "install the compose v2 plugin: scripts/prepare-host, or Docker's manual install into "
                  "~/.docker/cli-plugins", hard=True)

@@ -24,20 +24,23 @@ from orchestrator.plugin_api import (
 )
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BUILT_IMAGES
+from orchestrator.runtime.compose_program import compose_program
 
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 __all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "Container", "DockerResources"]
+
 
 
 class Compose:
     def __init__(self, timeout: float, env: HostEnv) -> None:
         self._timeout = timeout
         self._env = env
+        self._program = compose_program(env.docker())
 
     def _compose(self, project: str, compose_file: Path | None, args: list[str], cwd: Path | None,
                  log: DeploymentLog | None, timeout: float | None = None,
                  control: FlowControl | None = None) -> str:
-        argv = ["docker", "compose", "--project-name", project]
+        argv = [*self._program, "--project-name", project]
         if compose_file is not None:
             argv += ["--file", str(compose_file)]
         # No service variable reaches compose: `${CODEHOST_TOKEN}` in a pull request's compose file is empty.
