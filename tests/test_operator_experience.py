@@ -75,7 +75,8 @@ def test_status_logs_cli_and_metrics_follow_a_preview(stack: Stack) -> None:
     assert followed.returncode == 0, followed.stderr
     record = stack.records()[deployment]
     assert record["status"] == "running"
-    for expected in ("$ git", "step one", "step two", "$ docker compose", "health probe", "running after"):
+    # compose's own program, as run (runtime/compose_program.py)
+    for expected in ("$ git", "step one", "step two", "docker-compose --project-name", "health probe", "running after"):
         assert expected in followed.stdout, expected
     assert "live-test-token-8d2e" not in followed.stdout  # the service's token never appears
 
