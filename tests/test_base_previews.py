@@ -228,6 +228,24 @@ def test_a_base_preview_of_another_repository_with_the_same_slug_is_left_to_it(
     assert "belongs to the repository acme-web/app" in caplog.text
 
 
+def test_doctor_says_how_each_base_preview_stands(make_settings: SettingsFactory, tmp_path: Path) -> None:
+    from orchestrator.cli.doctor_bases import base_previews
+
+    settings = make_settings(allowed_repos="acme/api,gitea:acme/web,acme/docs,acme/web",
+                             base_previews="acme/api,gitea:acme/web,acme/docs")
+    track(tmp_path / "state" / "deployments.json",
+          sample_record(BASE, branch="main", commitSha="b" * 40),
+          sample_record(BASE, "acme", "web", branch="trunk", status="failed", codehost="gitea"))
+    check = base_previews(settings)
+    assert check.detail == ("acme/api: running at main bbbbbbb; gitea:acme/web: failed at trunk aaaaaaa; "
+                            "acme/docs: not made yet")
+    assert not check.ok and "preview-orchestrator logs acme-web-base" in check.fix and not check.hard
+    # GitHub's acme/web has no base preview: Gitea's failed one is not taken for it, nor the other way round
+    track(tmp_path / "state" / "deployments.json",
+          sample_record(BASE, "acme", "web", branch="trunk", status="running", codehost="gitea"))
+    assert base_previews(settings).ok
+
+
 # End to end: real git, Docker and nginx ---------------------------------------------------------------------------
 
 

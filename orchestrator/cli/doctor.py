@@ -24,6 +24,7 @@ from orchestrator.adapters.nginx_site import (
     names_bucket_size,
 )
 from orchestrator.cli.address_pools import SUGGESTED, capacity, configured_pools, local_dockerd_args, read_daemon_json
+from orchestrator.cli.doctor_bases import base_previews
 from orchestrator.common.commands import CommandFailed, run
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL
@@ -48,6 +49,7 @@ def run_checks(settings: Settings, env: HostEnv, loaded: PluginHost | None = Non
         lambda: _writable("work directory", settings.deployments_dir, "DEPLOYMENTS_DIR"),
         lambda: _free_ports(settings), lambda: _networks(settings, env), lambda: _disk(settings),
         lambda: _allowed_repos(settings), lambda: _origins(settings),
+        *([lambda: base_previews(settings)] if settings.base_previews else []),
     ]
     try:
         plugins: PluginHost | PluginError = loaded or build_plugin_host(
