@@ -84,16 +84,22 @@ def test_every_tox_environment_that_deploys_prepares_and_uses_an_engine_of_its_o
         assert "set_env" not in tox[name] or "PO_TEST_RUN" not in tox[name]["set_env"], name
 
 
-def test_the_second_lane_takes_existing_modules_and_every_test_that_stops_its_engine() -> None:
-    """scripts/test's second lane (an engine of its own) names real modules; a module that stops the suite's engine
-    runs there, never beside the swarm's tests in the first engine, whose stand-ins they load."""
+def test_the_other_lanes_take_existing_modules_and_every_test_that_stops_its_engine() -> None:
+    """scripts/test's second and third lanes (engines of their own) name real modules, none twice; a module that
+    stops the suite's engine runs there, never in the first engine, whose stand-ins the swarm's tests and the other
+    engines load."""
     import re
 
     script = (REPO_ROOT / "scripts" / "test").read_text()
-    listed = re.search(r"^second=\(([^)]*)\)", script, re.MULTILINE)
-    assert listed is not None
-    second = set(listed.group(1).split())
-    assert second and all((REPO_ROOT / name).is_file() for name in second), second
+    lanes = {}
+    for name in ("second", "third"):
+        listed = re.search(rf"^{name}=\(([^)]*)\)", script, re.MULTILINE)
+        assert listed is not None, name
+        lanes[name] = set(listed.group(1).split())
+        assert lanes[name] and all((REPO_ROOT / module).is_file() for module in lanes[name]), lanes[name]
+    assert not lanes["second"] & lanes["third"]
+    for name in ("second", "third"):  # the first lane runs everything else: it ignores both lists
+        assert f'"${{{name}[@]/#/--ignore=}}"' in script, name
     stopping = {f"tests/{path.name}" for path in (REPO_ROOT / "tests").glob("test_*.py")
                 if re.search(r"^\s+stop_engine\(\)", path.read_text(), re.MULTILINE)}
-    assert stopping and stopping <= second, stopping - second
+    assert stopping and stopping <= lanes["second"] | lanes["third"], stopping - lanes["second"] - lanes["third"]
