@@ -31,7 +31,7 @@ from orchestrator.plugin_api import (
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
-from orchestrator.runtime.database_seeds import DatabaseSeeds
+from orchestrator.runtime.database_seeds import DatabaseSeeds, layer_volume
 from orchestrator.runtime.failures import failure
 from orchestrator.runtime.written_compose import built_images, database_volumes, prebuilt_services, started_early
 
@@ -148,9 +148,9 @@ class ComposeRuntime(Runtime):
                 self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
-        """`/preview reset-db`: the `db` service's named volumes (of the compose file the service wrote) and the
-        `db` and `app` containers removed, made again by the restart that follows; only volumes the engine labels
-        this deployment's are removed, whatever a file names."""
+        """`/preview reset-db`: the named volumes of the `db` service (of the compose file the service wrote) and
+        the containers of `db` and `app` removed; the update the flow runs next creates them again. Only volumes
+        the engine says are this deployment's (its label) are removed, whatever a file names."""
         try:
             wanted = database_volumes(compose_file, deployment_id)
         except (OSError, yaml.YAMLError) as exc:
@@ -162,7 +162,10 @@ class ComposeRuntime(Runtime):
             names = [name for name in wanted if name in own]
             self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
                                log)
-            self.seeding.remove_volumes(deployment_id, names, own, log)
+            for name in names:
+                self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
+                if layer_volume(name) in own:  # what a layered copy wrote: it pins its seed until removed
+                    self.docker.command(["volume", "rm", "--force", layer_volume(name)], log, timeout=120)
         log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
         return names
 

@@ -23,17 +23,15 @@ from orchestrator.plugin_api import (
 )
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
-from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, LAYER_LABEL, DataSeeds
+from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
 from orchestrator.runtime.database_seeds import (
     COMPOSE_PROJECT_LABEL,
     COMPOSE_VOLUME_LABEL,
     DatabaseSeeds,
     copy_container,
-    layer_volume,
     volume_name,
 )
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.seed_warming import touch_commands, used_files
 from orchestrator.runtime.written_compose import declared_containers, prebuilt_services, seed_volume
 
 STARTING = "The database and extra services failed to start"
@@ -45,7 +43,6 @@ class SeedCopy:
     key: str
     began: float
     filling: Future[bool]  # a repository's seed's copy raises SeedFailed rather than answer False
-    warm: tuple[str, str, list[str]] | None = None  # the db's service, data path and files to warm (seed_warming)
 
 
 @dataclass(frozen=True)
@@ -69,7 +66,6 @@ class ComposeSeeding:
         self.empty = empty
         self.data = data
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
-        self._used: dict[str, list[str]] = {}  # deployment -> what its reset database had copied up
 
     def plan(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
              control: FlowControl, data: DataSeed | None = None) -> Seeding | None:
@@ -134,48 +130,10 @@ class ComposeSeeding:
         log.note(f"database volume copied from seed {copy.key} ({time.monotonic() - copy.began:.2f}s)")
         # By the names the compose file gives them (a new project: nothing else is there), sparing a listing
         declared = declared_containers(compose_file, services)
-        started = [c for c in declared or self.docker.containers(deployment_id) if c.service in services]
         with failure(STARTING):
-            self.docker.start([c.ident for c in started], log)
-        if copy.warm is not None:
-            service, path, files = copy.warm
-            for container in (c.ident for c in started if c.service == service):
-                self._copier.submit(self._warm, container, path, files, log)
+            self.docker.start([c.ident for c in declared or self.docker.containers(deployment_id)
+                               if c.service in services], log)
         return True, declared
-
-    def remove_volumes(self, deployment_id: str, names: list[str], own: set[str], log: DeploymentLog) -> None:
-        """A reset's: the database's volumes `names`, and of a layered copy its layer (it pins its seed until
-        removed), after what its database used is noted to be warmed again (remember_used)."""
-        for name in names:
-            layer = [layer_volume(name)] if layer_volume(name) in own else []
-            if layer:
-                self.remember_used(deployment_id, name, log)
-            self.docker.command(["volume", "rm", "--force", name, *layer], log, timeout=120)
-
-    def remember_used(self, deployment_id: str, volume: str, log: DeploymentLog) -> None:
-        """Before a reset removes the layered copy `volume`: the seed's files its database had copied up, warmed
-        again as the next copy's database starts (seed_warming.py)."""
-        if self.copies is None:
-            return
-        try:
-            upper = Path(self.copies.mountpoint(layer_volume(volume))) / "upper"
-            files = used_files(upper, Path(self.copies.mountpoint(self.copies.label(volume, LAYER_LABEL))))
-        except (CommandFailed, OSError) as exc:
-            log.note(f"the seed's files the database used are not known ({exc}): none warmed after the reset")
-            return
-        if files:
-            self._used[deployment_id] = files
-
-    def _warm(self, container: str, path: str, files: list[str], log: DeploymentLog) -> None:
-        began = time.monotonic()
-        try:
-            for argv in touch_commands(container, path, files):
-                self.docker.command(argv, timeout=120)
-        except CommandFailed as exc:
-            log.note(f"the seed's files the database used before the reset were not warmed: {exc.tail(1)}")
-            return
-        log.note(f"warmed {len(files)} files of the seed the database used before the reset "
-                 f"({time.monotonic() - began:.2f}s)")
 
     def discard(self, deployment_id: str, compose_file: Path, volume: str, services: list[str],
                 log: DeploymentLog) -> None:
@@ -247,7 +205,6 @@ class ComposeSeeding:
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: content}
         source = seeds.volume(key)
         layered = seed.layered and copies.create_layer(name, labels, source, log)
-        used = self._used.pop(deployment_id, [])  # a reset's (remember_used): warmed once the database starts
         if not layered and not copies.create_volume(name, labels, key, log, source=source):
             raise SeedFailed("The database seed could not be copied",
                              f"{name} could not be created, or seed {key} is gone from the engine")
@@ -269,8 +226,7 @@ class ComposeSeeding:
             finally:
                 seeds.release(key)
 
-        warm = ("db", seed.path, used) if layered and used else None
-        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill), warm))
+        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill)))
 
     def _image_id(self, copies: DatabaseSeeds, deployment_id: str, compose_file: Path, image: str,
                   log: DeploymentLog, control: FlowControl) -> str:

@@ -145,10 +145,10 @@ class DatabaseSeeds:
         layer = layer_volume(volume)
         own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
         try:
-            lower = self.mountpoint(source)
+            lower = self._mountpoint(source)
             self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
             self._docker(["volume", "create", *label_args({**own, LAYER_LABEL: source}), layer], log_to=log_to)
-            top = Path(self.mountpoint(layer))
+            top = Path(self._mountpoint(layer))
             (top / "upper").mkdir(mode=0o755)
             (top / "work").mkdir(mode=0o700)
             below = os.stat(lower)  # the overlay's root is the upper directory's: owned as the seed's root is
@@ -166,7 +166,7 @@ class DatabaseSeeds:
             return False
         return True
 
-    def mountpoint(self, volume: str) -> str:
+    def _mountpoint(self, volume: str) -> str:
         path = self._docker(["volume", "inspect", "--format", "{{.Mountpoint}}", volume]).strip()
         if not path.startswith("/") or "," in path or ":" in path:  # what overlay's options could not carry
             raise OSError(f"{volume} has no mount point this service can layer on ({path[:80]!r})")
