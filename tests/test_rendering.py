@@ -268,6 +268,15 @@ def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path
         ("services:\n  app:\n    image: x\n    volumes: ['vol:/d']\nvolumes:\n  vol:\n"
          "    driver_opts: {type: none, device: /, o: bind}\n",
          "volumes vol: driver_opts is not allowed"),
+        ("services:\n  app:\n    image: x\n    volumes: ['pgdata:/d']\nvolumes:\n  pgdata:\n"
+         "    labels: {dev.preview-orchestrator.layered-on: po-data-x}\n",
+         "volumes pgdata: labels: dev.preview-orchestrator.layered-on is not allowed"),
+        ("services:\n  app:\n    image: x\n    labels: ['Dev.Preview-Orchestrator.owner=abc']\n",
+         "service app: labels: Dev.Preview-Orchestrator.owner is not allowed"),
+        ("services:\n  app:\n    build: {context: ., labels: {dev.preview-orchestrator.deployment: other-1}}\n",
+         "service app: build labels: dev.preview-orchestrator.deployment is not allowed"),
+        ("services:\n  app:\n    image: x\n    deploy: {labels: {dev.preview-orchestrator.node: w1}}\n",
+         "service app: deploy labels: dev.preview-orchestrator.node is not allowed"),
         ("include: [../other.yml]\nservices:\n  app:\n    image: x\n", "top-level include is not allowed"),
         ("services:\n  web:\n    image: x\n", "a service named app is required"),
     ],
@@ -341,3 +350,17 @@ def test_build_args_cannot_choose_buildkit_s_frontend(host: PluginHost, tmp_path
         "Dockerfile": "FROM node:20\n"})
     with pytest.raises(ConfigError, match="build args BUILDKIT_\\* are not allowed"):
         render(host, repo)
+
+
+def test_every_label_the_service_reads_is_one_a_repository_compose_file_may_not_set() -> None:
+    """The policy refuses SERVICE_LABEL_PREFIX: each label constant the service defines must start with it."""
+    import re
+
+    from orchestrator.common.labels import SERVICE_LABEL_PREFIX
+
+    root = Path(__file__).resolve().parents[1] / "orchestrator"
+    defined = {name: value for path in root.rglob("*.py")
+               for name, value in re.findall(r'^([A-Z_]+_LABEL) = "([^"]+)"', path.read_text(), re.MULTILINE)}
+    own = {name: value for name, value in defined.items() if not value.startswith("com.docker.")}
+    assert {"DEPLOYMENT_LABEL", "OWNER_LABEL", "LAYER_LABEL", "SEED_LABEL", "NODE_LABEL"} <= set(own), own
+    assert all(value.startswith(SERVICE_LABEL_PREFIX) for value in own.values()), own

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.common.checkout_paths import inside
+from orchestrator.common.labels import SERVICE_LABEL_PREFIX
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.compose_allowlist import (
     ALLOWED_ULIMITS,
@@ -92,6 +93,19 @@ def _top_level_problems(kind: str, key: str, definition: dict[str, Any], allowed
     source = definition.get("file")
     if source is not None and not inside(repo_dir, str(source)):
         problems.append("file is not allowed outside the repository")
+    return problems + _own_labels(definition)
+
+
+def _own_labels(definition: dict[str, Any]) -> list[str]:
+    """The service's labels (SERVICE_LABEL_PREFIX) tell it what is its own: a preview's resources, a seed, a seed's
+    layer, a copy in progress. A file that set one could have the service take its volume for one of those."""
+    problems = []
+    for where, holder in (("labels", definition), ("build labels", definition.get("build")),
+                          ("deploy labels", definition.get("deploy"))):
+        labels = holder.get("labels") if isinstance(holder, dict) else None
+        keys = labels if isinstance(labels, dict) else [str(item).split("=", 1)[0] for item in labels or []]
+        problems += [f"{where}: {str(key)[:80]} is not allowed ({SERVICE_LABEL_PREFIX}* labels are the service's "
+                     "own)" for key in keys if str(key).lower().startswith(SERVICE_LABEL_PREFIX)]
     return problems
 
 
@@ -99,6 +113,7 @@ def _service_problems(name: str, service: dict[str, Any], services: dict[str, An
                       repo_dir: Path) -> list[str]:
     problems = [f"{option} is not allowed ({why_refused(option)})" for option, value in service.items()
                 if option not in SERVICE_OPTIONS and not _extension(option) and value not in (None, False)]
+    problems += _own_labels(service)
     build = service.get("build")
     image = str(service.get("image") or "")
     if names_built_images(image):
