@@ -147,8 +147,10 @@ def test_a_failed_deploy_reports_failure_with_the_log_tail(stack: Stack) -> None
                               "<summary>Last lines of the log</summary>\n\n```\nabout to fail\n```", "after",
                               "Push a new commit to retry, or close and reopen")
     assert repo.sha_a[:7] in body
-    text = web.get(f"{stack.service.url}/metrics", timeout=10).text
-    assert metric(text, "preview_orchestrator_deploys_total", framework="python", result="failure") >= 1
+    # counted once the flow has reported it (deploy.py: comment, status, then the count): a moment after the status
+    wait_until(lambda: metric(web.get(f"{stack.service.url}/metrics", timeout=10).text,
+                              "preview_orchestrator_deploys_total", framework="python", result="failure") >= 1,
+               timeout=30, message="the failed deploy counted")
     stack.send("closed", pr, repo, repo.sha_a)
     stack.wait_gone(pr)
     wait_until(lambda: states(stack, pr) == [(repo.sha_a, ["in_progress", "failure", "inactive"])], timeout=30,
