@@ -307,7 +307,7 @@ def test_a_push_webhook_moves_the_base_preview_without_waiting_for_a_look(tmp_pa
         move_to(repo, repo.sha_b)
         body = push_payload("refs/heads/main", repo.sha_b, repo.clone_url, "main")
         answer = web.post(f"{stack.service.url}/webhook/codehost", content=body,
-                            headers=webhook_headers(body, event="push"), timeout=10)
+                          headers=webhook_headers(body, event="push"), timeout=10)
         assert answer.status_code == 200, answer.text
         stack.wait_for(BASE, "running", repo.sha_b)
         wait_until(lambda: base_page(stack).text == "python says: commit B\n", timeout=15, message="page B")

@@ -122,15 +122,15 @@ def test_an_app_cannot_steer_nginx_into_another_preview(nginx: Nginx, protection
         # a reload is applied by nginx's master after the command returns: the attacker's route serving its own
         # page is the sign that the configuration with both routes is in force
         wait_until(lambda: web.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/", timeout=10,
-                                     auth=("reviewer", "a long password") if protection == "basic" else None
-                                     ).text == "attacker's own page", timeout=15, message="the routes serve")
+                                   auth=("reviewer", "a long password") if protection == "basic" else None
+                                   ).text == "attacker's own page", timeout=15, message="the routes serve")
         nginx.wait_settled()
         # the victim's route answers only with its protection's credentials (or not at all, when closed)
         if protection != "none":
             assert web.get(f"{nginx.url}/{victim_slug}/pr-{VICTIM[2]}/", timeout=10).status_code == 401
         for name in targets:
             answer = web.get(f"{nginx.url}/{attacker_slug}/pr-{ATTACKER[2]}/{name}", timeout=10,
-                               auth=("reviewer", "a long password") if protection == "basic" else None)
+                             auth=("reviewer", "a long password") if protection == "basic" else None)
             assert SECRET_PAGE not in answer.text, name
             assert answer.status_code == 200 and answer.text == "attacker's own page", (name, answer.text)
             assert "x-accel-redirect" not in answer.headers

@@ -32,7 +32,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def comment(stack: Stack, pr: int, text: str, user: str) -> None:
     body = comment_payload(pr, text, user)
     answer = web.post(f"{stack.service.url}/webhook/codehost", content=body,
-                        headers=webhook_headers(body, event="issue_comment"), timeout=10)
+                      headers=webhook_headers(body, event="issue_comment"), timeout=10)
     assert answer.status_code == 200, answer.text
 
 
@@ -125,7 +125,7 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
     stack.codehost.pulls[(OWNER, NAME)][pr]["head"]["repo"] = {**fork, "clone_url": repo.clone_url}
     body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch, repo=fork)
     assert web.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
-                      timeout=10).status_code == 200
+                    timeout=10).status_code == 200
     wait_until(lambda: any(f"/preview approve {repo.sha_a}" in body for body in comments(stack, pr)),
                timeout=30, message="the fork's refusal names the command")
     assert f"{SLUG}-{pr}" not in stack.records()
@@ -147,7 +147,7 @@ def test_a_forks_pull_request_is_deployed_once_approved(stack: Stack) -> None:
     # A later push of the fork is not deployed without another approval: its event runs, the preview stays.
     push = pr_payload("synchronize", number=pr, sha=repo.sha_b, clone_url=repo.clone_url, ref=repo.branch, repo=fork)
     assert web.post(f"{stack.service.url}/webhook/codehost", content=push,
-                      headers=webhook_headers(push, delivery="fork-push"), timeout=10).status_code == 200
+                    headers=webhook_headers(push, delivery="fork-push"), timeout=10).status_code == 200
     with_inbox = stack.root / "state" / "inbox.sqlite3"
 
     def push_finished() -> bool:

@@ -187,7 +187,7 @@ def test_the_cli_lists_and_replays_deliveries(tmp_path: Path) -> None:
         assert run_cli("deliveries", url=service.url).stdout == "No deliveries.\n"
         body = pr_payload("opened", number=12)
         assert web.post(f"{service.url}/webhook/codehost", content=body,
-                          headers=webhook_headers(body, delivery="d-cli")).status_code == 200
+                        headers=webhook_headers(body, delivery="d-cli")).status_code == 200
         handled = RecordingHandler(store=None, journal=journal)  # type: ignore[arg-type] - reads the journal only
         wait_until(lambda: len(handled.entries()) == 1, timeout=10)
         table = run_cli("deliveries", "--repository", "Codertocat/Hello-World", "--pr", "12", url=service.url)

@@ -100,7 +100,7 @@ def test_fifty_pull_requests_at_once_and_two_events_ten_ms_apart(stack: Stack) -
     def send(pr: int) -> None:
         body = pr_payload("opened", number=pr, sha=repo.sha_a, clone_url=repo.clone_url, ref=repo.branch)
         response = web.post(f"{stack.service.url}/webhook/codehost", content=body,
-                              headers=webhook_headers(body, delivery=f"load-{pr}"), timeout=30)
+                            headers=webhook_headers(body, delivery=f"load-{pr}"), timeout=30)
         if response.status_code != 200:
             errors.append(response.text)
 
@@ -312,7 +312,7 @@ def test_rotating_the_webhook_secret_keeps_every_preview_s_database_password(sta
     try:
         body = pr_payload("synchronize", number=pr, sha=repo.sha_b, clone_url=repo.clone_url, ref=repo.branch)
         response = web.post(f"{stack.service.url}/webhook/codehost", content=body,
-                              headers=webhook_headers(body, secret=rotated), timeout=10)
+                            headers=webhook_headers(body, secret=rotated), timeout=10)
         assert response.status_code == 200
         stack.wait_for(pr, "running", repo.sha_b)
         assert app_env(f"{SLUG}-pr-{pr}-app")["DATABASE_URL"] == before

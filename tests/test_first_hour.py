@@ -53,14 +53,14 @@ def test_a_first_start_without_a_secret_makes_one_keeps_it_and_never_prints_it(t
         assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         ping = fixture_bytes("ping")
         assert web.post(f"{service.url}/webhook/codehost", content=ping, timeout=10,
-                          headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
+                        headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
     finally:
         service.stop()
     restarted = ServiceProcess(tmp_path, port=service.port, drop=("CODEHOST_WEBHOOK_SECRET",)).start()
     try:
         assert secret_file.read_text() == secret  # reused, not replaced
         assert web.post(f"{restarted.url}/webhook/codehost", content=ping, timeout=10,
-                          headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
+                        headers=webhook_headers(ping, event="ping", secret=secret)).status_code == 200
     finally:
         restarted.stop()
     output = service.out_path.read_text() + service.log_path.read_text()
@@ -129,11 +129,11 @@ def test_setup_nginx_installs_one_site_and_the_webhook_reaches_the_service_throu
                                                                                    service.port)) as running:
             ping = fixture_bytes("ping")
             through = web.post(f"http://127.0.0.1:{nginx.port}/webhook/codehost", content=ping, timeout=10,
-                                 headers={**webhook_headers(ping, event="ping"), "Host": "localhost"})
+                               headers={**webhook_headers(ping, event="ping"), "Host": "localhost"})
             assert through.status_code == 200 and through.json() == {"status": "ok"}
             # only the webhook is public
             assert web.get(f"http://127.0.0.1:{nginx.port}/api/previews", headers={"Host": "localhost"},
-                             timeout=10).status_code == 404
+                           timeout=10).status_code == 404
             assert running.process is not None
         again = cli("setup-nginx", env=env)
         assert again.returncode == 0 and "already includes" in again.stdout
@@ -287,7 +287,7 @@ def test_local_previews_count_against_the_limit_and_refuse_bad_requests(stack: S
     bad = web.post(url, json={"path": "relative", "name": "x", "branch": "main", "sha": "a" * 40}, timeout=10)
     assert bad.status_code == 400 and "path" in bad.json()["error"]
     missing = web.post(url, json={"path": str(tmp_path), "name": "x", "branch": "main", "sha": "a" * 40},
-                         timeout=10)
+                       timeout=10)
     assert missing.status_code == 400 and "is not a git repository" in missing.json()["error"]
 
 

@@ -40,7 +40,7 @@ def stack(gitea: FakeCodeHost, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def deliver(stack: Stack, body: bytes, expect: int = 200, **headers: object) -> httpx.Response:
     response = web.post(f"{stack.service.url}/webhook/gitea", content=body, timeout=10,
-                          headers=gitea_headers(body, **headers))  # type: ignore[arg-type]
+                        headers=gitea_headers(body, **headers))  # type: ignore[arg-type]
     assert response.status_code == expect, response.text
     return response
 

@@ -39,7 +39,7 @@ def stack(gitlab: FakeCodeHost, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def deliver(stack: Stack, body: bytes, expect: int = 200, token: str = GITLAB_SECRET) -> None:
     response = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers(token),
-                          timeout=10)
+                        timeout=10)
     assert response.status_code == expect, response.text
 
 
@@ -89,7 +89,7 @@ def test_a_delivery_without_its_token_or_of_a_project_not_allowed_records_nothin
     missing = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=headers, timeout=10)
     assert (missing.status_code, missing.json()) == (401, {"error": "Invalid signature"})
     wrong = web.post(f"{stack.service.url}/webhook/gitlab", content=body, headers=gitlab_headers("nope"),
-                       timeout=10)
+                     timeout=10)
     assert (wrong.status_code, wrong.json()) == (401, {"error": "Invalid signature"})
     other = gitlab_payload("open", iid=6, sha=repo.sha_a, ref=repo.branch, project="platform/web-team/admin",
                            clone_url=repo.clone_url)

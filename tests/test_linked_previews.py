@@ -134,7 +134,7 @@ def test_the_documented_frontend_links_the_api_as_the_tests_deploy_it(host: Plug
 def api_pull(stack: Stack, action: str, pr: int, repo: PullRequestRepo, sha: str) -> None:
     body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch, repository="acme/api")
     answer = web.post(f"{stack.service.url}/webhook/codehost", content=body, headers=webhook_headers(body),
-                        timeout=10)
+                      timeout=10)
     assert answer.status_code == 200, answer.text
 
 

@@ -34,7 +34,7 @@ def journal(tmp_path: Path) -> RecordingHandler:
 
 def send(service: ServiceProcess, body: bytes, delivery: str | None = None) -> httpx.Response:
     return web.post(f"{service.url}/webhook/codehost", content=body,
-                      headers=webhook_headers(body, delivery=delivery), timeout=10)
+                    headers=webhook_headers(body, delivery=delivery), timeout=10)
 
 
 def test_real_process_serves_the_contract(tmp_path: Path) -> None:

@@ -266,7 +266,7 @@ def test_cli_talks_to_the_running_service(tmp_path: Path) -> None:
         assert run_cli("list", url=service.url).stdout == "No previews.\n"
         body = pr_payload("opened", number=12)
         assert web.post(f"{service.url}/webhook/codehost", content=body,
-                          headers=webhook_headers(body)).status_code == 200
+                        headers=webhook_headers(body)).status_code == 200
         wait_until(lambda: "codertocat-hello-world-12" in run_cli("list", url=service.url).stdout, timeout=10)
         listed = run_cli("list", url=service.url).stdout.splitlines()
         assert listed[0].split()[:4] == ["ID", "STATUS", "HOST", "PR"] and listed[1].split()[:4] == [

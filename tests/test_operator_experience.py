@@ -225,7 +225,7 @@ def test_follow_ends_when_the_preview_is_removed(stack: Stack) -> None:
     def follow() -> None:
         began = time.monotonic()
         with web.stream("GET", f"{stack.service.url}/api/previews/{SLUG}-{pr}/logs", params={"follow": "true"},
-                          timeout=httpx.Timeout(10, read=120)) as response:
+                        timeout=httpx.Timeout(10, read=120)) as response:
             result["text"] = b"".join(response.iter_bytes()).decode()
         result["seconds"] = time.monotonic() - began
 

@@ -494,7 +494,7 @@ def test_a_frontend_and_its_api_each_answer_on_their_own_host(tmp_path: Path) ->
         assert record["url"] == main and [route["url"] for route in record["routes"]] == [api]
         hello = f"hello from the API of {main}"
         answer = web.get(f"{stack.nginx.url}/hello", headers={"Host": f"api--{SLUG}-pr-{pr}.{DOMAIN}"},
-                           timeout=10)
+                         timeout=10)
         assert answer.text == hello and answer.headers["access-control-allow-origin"] == "*"
         with chromium(resolve_to_loopback=f"*.{DOMAIN}") as browser:  # another host: the API allows the origin
             wait_for_fetched(browser, main, "browser", hello)

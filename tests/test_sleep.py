@@ -379,7 +379,7 @@ def test_concurrent_requests_to_a_sleeping_preview_share_one_wake_and_get_the_ap
             service = f"http://127.0.0.1:{settings.orchestrator_port}/api/preview-wake/acme-api-3"
             assert web.get(service, timeout=10).status_code == 403
             assert web.get(service, headers={"X-Preview-Wake-Key": wake_key(b"guess", record().subject)},
-                             timeout=10).status_code == 403
+                           timeout=10).status_code == 403
             # a client cannot reach the route's internal location of the app
             assert web.get(f"{nginx.url}/.preview-orchestrator/app/acme-api-3/", timeout=10).status_code == 404
     finally:
@@ -480,7 +480,7 @@ def test_a_preview_on_its_own_host_wakes_with_the_request_s_own_path(open_dir: P
     try:
         with Service(settings, handler):
             answer = web.get(f"{nginx.url}/items/a?x=1", headers={"Host": "acme-api-pr-3.preview.test"},
-                               timeout=30)
+                             timeout=30)
             assert answer.status_code == 200 and answer.text == "app: GET /items/a?x=1"
             assert answer.headers["x-preview-deployment"] == "acme-api-3" and handler.wakes == 1
     finally:

@@ -110,7 +110,7 @@ class AnswersDuring:
     def _ask(self) -> None:
         while not self._stop.wait(0.05):
             response = web.get(f"{self.stack.nginx.url}/{SLUG}/pr-{self.pr}/", timeout=30,
-                                 headers={"Accept": "text/plain"})
+                               headers={"Accept": "text/plain"})
             body = "being updated" if "is being updated" in response.text else response.text
             self.seen.append((response.status_code, body))
 

@@ -30,7 +30,6 @@ COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 __all__ = ["OWNER_LABEL", "ROLE_LABEL", "Compose", "Container", "DockerResources"]
 
 
-
 class Compose:
     def __init__(self, timeout: float, env: HostEnv) -> None:
         self._timeout = timeout

@@ -44,7 +44,7 @@ class Stack:
         body = pr_payload(action, number=pr, sha=sha, clone_url=repo.clone_url, ref=repo.branch,
                           repository=repository)
         response = web.post(f"{self.service.url}/webhook/codehost", content=body,
-                              headers=webhook_headers(body), timeout=10)
+                            headers=webhook_headers(body), timeout=10)
         assert response.status_code == expect, response.text
         return response
 

@@ -246,10 +246,10 @@ class SwarmCluster:
         found: dict[str, list[str]] = {}
         auth = self.registry_credentials
         repositories = web.get(f"http://{self.registry}/v2/_catalog?n=1000", auth=auth,
-                                 timeout=10).json()["repositories"]
+                               timeout=10).json()["repositories"]
         for repository in repositories or []:
             tags = web.get(f"http://{self.registry}/v2/{repository}/tags/list", auth=auth,
-                             timeout=10).json().get("tags")
+                           timeout=10).json().get("tags")
             found[repository] = sorted(tags or [])
         return found
 

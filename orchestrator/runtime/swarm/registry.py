@@ -103,14 +103,14 @@ class Registry:
     def delete(self, repository: str, tag: str) -> None:
         try:
             head = _request("HEAD", f"{self._base}/{repository}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES},
-                              auth=self.credentials, timeout=self._timeout)
+                            auth=self.credentials, timeout=self._timeout)
             if head.status_code == 404:
                 return
             digest = head.headers.get("Docker-Content-Digest")
             if head.status_code != 200 or not digest:
                 raise RegistryError(f"{repository}:{tag}: manifest not found (HTTP {head.status_code})")
             response = _request("DELETE", f"{self._base}/{repository}/manifests/{digest}", auth=self.credentials,
-                                    timeout=self._timeout)
+                                timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise RegistryError(f"{repository}:{tag}: {type(exc).__name__}") from None
         if response.status_code == 405:
