@@ -272,6 +272,8 @@ def test_previews_start_from_the_repository_s_seed_each_with_its_own_copy(stack:
     assert sql(1, "select name from products where id = 9999") == "kept"
     for pr in (1, 2):
         stack.close(pr, repo, repo.sha_b)
+    # A spare layer (seed_spares.py) beside a seed would not fit in the bound: none was made.
+    assert not docker("volume", "ls", "-q", "--filter", "label=dev.preview-orchestrator.spare-of").stdout.split()
 
     # Once no preview is layered on them, a new seed beyond the bound evicts both (least recently used first).
     third = seeded_repo(stack, "seed/third", {"seeds/demo.sql": DUMP_A + "SELECT 3;\n"}, {"file": "seeds/demo.sql"})

@@ -90,13 +90,14 @@ def seeds(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from orchestrator.common.text_table import format_table, printable
-    from orchestrator.runtime.seed_catalogue import listed_seeds
+    from orchestrator.runtime.seed_catalogue import free_spares, listed_seeds
 
     settings, _ = service_settings_or_exit()
     found = listed_seeds(settings.state_dir)
+    spares = free_spares(settings.state_dir)
     if args.json:
         print(json.dumps([{"key": s.key, "repository": s.repository, "source": s.source, "image": s.image,
-                           "sizeBytes": s.size_bytes, "restoreSeconds": s.seconds,
+                           "sizeBytes": s.size_bytes, "restoreSeconds": s.seconds, "spares": spares.get(s.key, 0),
                            "madeAt": datetime.fromtimestamp(s.made_at, UTC).isoformat(),
                            "lastUsedAt": datetime.fromtimestamp(s.used_at, UTC).isoformat()} for s in found]))
         return 0
@@ -104,10 +105,10 @@ def seeds(args: argparse.Namespace) -> int:
     def when(stamp: float) -> str:
         return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M")
 
-    rows = [["SEED", "SIZE", "RESTORED IN", "LAST USED", "REPOSITORY", "SOURCE"]]
-    rows += [[s.key, f"{s.size_bytes / 2**20:.0f} MB", f"{s.seconds:.1f} s", when(s.used_at), printable(s.repository),
-              printable(s.source)] for s in found]
-    total = sum(s.size_bytes for s in found)
+    rows = [["SEED", "SIZE", "SPARES", "RESTORED IN", "LAST USED", "REPOSITORY", "SOURCE"]]
+    rows += [[s.key, f"{s.size_bytes / 2**20:.0f} MB", str(spares.get(s.key, 0)), f"{s.seconds:.1f} s", when(s.used_at),
+              printable(s.repository), printable(s.source)] for s in found]
+    total = sum(s.size_bytes * (1 + spares.get(s.key, 0)) for s in found)  # a spare holds a copy of its seed
     sys.stdout.write(format_table(rows) if found else "no database seeds\n")
     print(f"{total / 2**30:.2f} GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB")
     return 0

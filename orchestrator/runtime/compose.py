@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from orchestrator.plugin_api import (
     OWNER_LABEL,
     Check,
@@ -31,9 +29,10 @@ from orchestrator.plugin_api import (
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
-from orchestrator.runtime.database_seeds import DatabaseSeeds, layer_volume
+from orchestrator.runtime.database_seeds import DatabaseSeeds
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.written_compose import built_images, database_volumes, prebuilt_services, started_early
+from orchestrator.runtime.seed_spares import SeedSpares
+from orchestrator.runtime.written_compose import built_images, prebuilt_services, started_early
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
@@ -56,7 +55,8 @@ def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
     docker = DockerResources(env)
     data = DataSeeds(env, settings.state_dir, docker, int(settings.seed_cache_gb * 2**30), settings.cleanup_ttl_days)
     return ComposeRuntime(settings.compose_timeout_seconds, env, DatabaseSeeds(env, settings.state_dir, docker),
-                          settings.database_seeds, data)
+                          settings.database_seeds, data,
+                          SeedSpares(env, settings.state_dir, docker, data, settings.seed_spares))
 
 
 # Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, are looked for this often.
@@ -69,11 +69,12 @@ class ComposeRuntime(Runtime):
     routes_services = True  # x-preview's services, published on 127.0.0.1 like the app
 
     def __init__(self, timeout: float, env: HostEnv, seeds: DatabaseSeeds | None = None, empty_seeds: bool = True,
-                 data_seeds: DataSeeds | None = None) -> None:
+                 data_seeds: DataSeeds | None = None, spares: SeedSpares | None = None) -> None:
         self.compose = Compose(timeout, env)
         self.docker = DockerResources(env)
         self.data_seeds = data_seeds
-        self.seeding = ComposeSeeding(self.compose, self.docker, seeds, seeds if empty_seeds else None, data_seeds)
+        self.seeding = ComposeSeeding(self.compose, self.docker, seeds, seeds if empty_seeds else None, data_seeds,
+                                      spares)
         # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
         # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
@@ -81,7 +82,7 @@ class ComposeRuntime(Runtime):
         self._seeding: dict[str, Seeding] = {}
         # its database starts from data that exists, every dependency early (their containers, when known)
         self._initialised: dict[str, list[Container] | None] = {}
-        self._unseeded: dict[str, tuple[str, str, str, DatabaseSeed]] = {}  # no seed yet: made once started
+        self._after_start: dict[str, Seeding] = {}  # a seed to make, spares to make, once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -113,8 +114,11 @@ class ComposeRuntime(Runtime):
                 self._seeding[deployment_id] = seeding
 
     def collect_garbage(self) -> bool:
-        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed; True when one was."""
-        return bool(self.data_seeds.evict()) if self.data_seeds is not None else False
+        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed, and spares no preview
+        has (seed_spares.py); True when a seed was."""
+        evicted = bool(self.data_seeds.evict()) if self.data_seeds is not None else False
+        self.seeding.sweep_spares()
+        return evicted
 
     @property
     def garbage_interval_seconds(self) -> float:
@@ -129,9 +133,9 @@ class ComposeRuntime(Runtime):
         with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
             seeding = self._seeding.pop(deployment_id, None) or Seeding()
             self._initialised.pop(deployment_id, None)
-            self._unseeded.pop(deployment_id, None)
-            if seeding.unseeded is not None:
-                self._unseeded[deployment_id] = seeding.unseeded
+            self._after_start.pop(deployment_id, None)
+            if seeding.unseeded is not None or seeding.refill is not None:
+                self._after_start[deployment_id] = seeding
         services = prebuilt_services(compose_file)
         if seeding.copy is not None:
             copied, declared = self.seeding.start_from_copy(deployment_id, compose_file, services, seeding.copy, log,
@@ -148,26 +152,9 @@ class ComposeRuntime(Runtime):
                 self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
-        """`/preview reset-db`: the named volumes of the `db` service (of the compose file the service wrote) and
-        the containers of `db` and `app` removed; the update the flow runs next creates them again. Only volumes
-        the engine says are this deployment's (its label) are removed, whatever a file names."""
-        try:
-            wanted = database_volumes(compose_file, deployment_id)
-        except (OSError, yaml.YAMLError) as exc:
-            raise RuntimeFailure("The database could not be reset", f"{compose_file.name}: {exc}") from None
-        if wanted is None:
-            raise RuntimeFailure("This preview has no db service to reset")
-        with failure("The database could not be reset"):
-            own = set(self.docker.labelled("volume", deployment_id))
-            names = [name for name in wanted if name in own]
-            self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
-                               log)
-            for name in names:
-                self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
-                if layer_volume(name) in own:  # what a layered copy wrote: it pins its seed until removed
-                    self.docker.command(["volume", "rm", "--force", layer_volume(name)], log, timeout=120)
-        log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
-        return names
+        """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
+        (compose_seeding.py); the update the flow runs next creates them again."""
+        return self.seeding.reset(deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
@@ -179,7 +166,7 @@ class ComposeRuntime(Runtime):
         with self._lock:
             initialised = deployment_id in self._initialised
             declared = self._initialised.pop(deployment_id, None)
-            unseeded = self._unseeded.pop(deployment_id, None)
+            later = self._after_start.pop(deployment_id, None)
         with failure("Containers failed to start"):
             dependencies = declared or (
                 started_early(self.docker.containers(deployment_id), compose_file) if initialised else None)
@@ -189,8 +176,8 @@ class ComposeRuntime(Runtime):
                 self.compose.up_services(deployment_id, compose_file, ["app"], log, control, no_deps=True)
             else:
                 self.compose.up(deployment_id, compose_file, log, control)
-        if unseeded is not None:
-            self.seeding.make_later(unseeded)
+        if later is not None:
+            self.seeding.after_start(later)
 
     def stop(self, deployment_id: str, log: DeploymentLog | None) -> None:
         with failure("Containers could not be stopped"):
@@ -240,13 +227,14 @@ class ComposeRuntime(Runtime):
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         with self._lock:
-            for state in (self._seeding, self._initialised, self._unseeded):
+            for state in (self._seeding, self._initialised, self._after_start):
                 state.pop(deployment_id, None)
         try:
             self.compose.down(deployment_id, compose_file, None)
         except CommandFailed:
             pass  # what compose could not remove is removed by label below
         problems = self.docker.remove_labelled(deployment_id, None)
+        self.seeding.sweep_spares()  # a spare its database was layered on (seed_spares.py)
         try:
             left = {ident.split(":", 1)[0] for ident in self.owned(deployment_id)}
         except RuntimeFailure as exc:

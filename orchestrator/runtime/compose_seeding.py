@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from orchestrator.plugin_api import (
     CommandFailed,
     DatabaseSeed,
@@ -32,7 +34,14 @@ from orchestrator.runtime.database_seeds import (
     volume_name,
 )
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.written_compose import declared_containers, prebuilt_services, seed_volume
+from orchestrator.runtime.seed_layers import layer_volume
+from orchestrator.runtime.seed_spares import SeedSpares
+from orchestrator.runtime.written_compose import (
+    database_volumes,
+    declared_containers,
+    prebuilt_services,
+    seed_volume,
+)
 
 STARTING = "The database and extra services failed to start"
 
@@ -52,6 +61,7 @@ class Seeding:
     existing: bool = False  # its volume exists: an update
     copy: SeedCopy | None = None  # a copy of a seed is filling its new volume
     unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
+    refill: tuple[str, str, DatabaseSeed] | None = None  # a layered data seed's key, image id: spares to make
 
 
 class ComposeSeeding:
@@ -59,12 +69,13 @@ class ComposeSeeding:
     DATABASE_SEEDS (None when off); `data`: the repositories' seeds."""
 
     def __init__(self, compose: Compose, docker: DockerResources, copies: DatabaseSeeds | None,
-                 empty: DatabaseSeeds | None, data: DataSeeds | None) -> None:
+                 empty: DatabaseSeeds | None, data: DataSeeds | None, spares: SeedSpares | None = None) -> None:
         self.compose = compose
         self.docker = docker
         self.copies = copies
         self.empty = empty
         self.data = data
+        self.spares = spares
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
 
     def plan(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
@@ -105,10 +116,46 @@ class ComposeSeeding:
             return Seeding(unseeded=(image, image_id, key, seed))
         return None
 
-    def make_later(self, unseeded: tuple[str, str, str, DatabaseSeed]) -> None:
-        """The seed a preview found missing, made in the background once it started (`plan`'s `unseeded`)."""
-        if self.empty is not None:
-            self.empty.make_in_background(*unseeded)
+    def after_start(self, seeding: Seeding) -> None:
+        """Once the preview started, in the background: the empty seed it found missing (`plan`'s `unseeded`), and
+        spares of the data seed it was layered on (seed_spares.py)."""
+        if self.empty is not None and seeding.unseeded is not None:
+            self.empty.make_in_background(*seeding.unseeded)
+        if self.spares is not None and seeding.refill is not None:
+            self.spares.refill(*seeding.refill)
+
+    def sweep_spares(self) -> None:
+        """Spares no preview has any more (seed_spares.py `sweep`): after a removal, and with the eviction."""
+        if self.spares is not None:
+            self.spares.sweep()
+
+    def reset(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
+        """`/preview reset-db` (ComposeRuntime.reset_database): the `db` service's volumes that the engine says are
+        this deployment's (its label), whatever a file names, with the layers of layered copies, and the containers
+        of `db` and `app`, removed."""
+        try:
+            wanted = database_volumes(compose_file, deployment_id)
+        except (OSError, yaml.YAMLError) as exc:
+            raise RuntimeFailure("The database could not be reset", f"{compose_file.name}: {exc}") from None
+        if wanted is None:
+            raise RuntimeFailure("This preview has no db service to reset")
+        with failure("The database could not be reset"):
+            own = set(self.docker.labelled("volume", deployment_id))
+            names = [name for name in wanted if name in own]
+            self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
+                               log)
+            for name in names:
+                # What a layered copy wrote (it pins its seed until removed); one made before layers were labelled
+                layer = self.layer(name) or (layer_volume(name) if layer_volume(name) in own else None)
+                self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
+                if layer is not None:
+                    self.docker.command(["volume", "rm", "--force", layer], log, timeout=120)
+        log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
+        return names
+
+    def layer(self, volume: str) -> str | None:
+        """The layer volume of the overlay copy `volume` (seed_layers.py); None when it is none."""
+        return None if self.copies is None else self.copies.layer(volume)
 
     def start_from_copy(self, deployment_id: str, compose_file: Path, services: list[str], copy: SeedCopy,
                         log: DeploymentLog, control: FlowControl) -> tuple[bool, list[Container] | None]:
@@ -204,7 +251,14 @@ class ComposeSeeding:
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume, FROM_SEED_LABEL: content}
         source = seeds.volume(key)
-        layered = seed.layered and copies.create_layer(name, labels, source, log)
+        spare = self.spares.take(key) if self.spares is not None and seed.layered else None
+        try:
+            layered = seed.layered and copies.create_layer(name, labels, source, log, spare=spare)
+        finally:
+            if spare is not None and self.spares is not None:
+                self.spares.settle(spare)  # named by the overlay volume now; or a failure's, which `sweep` removes
+        if layered and spare is not None:
+            log.note(f"database layered on spare {spare}: the seed's files are in it already")
         if not layered and not copies.create_volume(name, labels, key, log, source=source):
             raise SeedFailed("The database seed could not be copied",
                              f"{name} could not be created, or seed {key} is gone from the engine")
@@ -226,7 +280,8 @@ class ComposeSeeding:
             finally:
                 seeds.release(key)
 
-        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill)))
+        refill = (key, image_id, seed) if seed.layered else None
+        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill)), refill=refill)
 
     def _image_id(self, copies: DatabaseSeeds, deployment_id: str, compose_file: Path, image: str,
                   log: DeploymentLog, control: FlowControl) -> str:

@@ -27,7 +27,7 @@ from orchestrator.plugin_api import OWNER_LABEL, Check, CommandFailed, Deploymen
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_INPUT, DatabaseSeed, DataSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.seed_catalogue import SeedInfo, listed_seeds, record_seed
+from orchestrator.runtime.seed_catalogue import SeedInfo, listed_seeds, record_seed, seeds_check
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_dumps import DumpDigests, content_key, open_dump, seed_key, stage_dump
 
@@ -100,6 +100,22 @@ class DataSeeds:
             finally:
                 making.release()
         return key, content
+
+    def hold(self, key: str) -> bool:
+        """Reserve the seed `key` as `prepare` does (the caller calls `release`); False when it is not ready, or is
+        being restored or removed."""
+        with self._lock:
+            making = self._making.setdefault(key, threading.Lock())
+        if not making.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                if self.ready(key):
+                    self._in_use[key] = self._in_use.get(key, 0) + 1
+                    return True
+            return False
+        finally:
+            making.release()
 
     def release(self, key: str) -> None:
         """The end of a reservation `prepare` made: the copy is done, or will not be made."""
@@ -221,12 +237,8 @@ class DataSeeds:
         return listed_seeds(self._dir.parent.parent)
 
     def check(self) -> Check:
-        """doctor's line of the seeds kept and their bound."""
-        seeds = self.listed()
-        size = sum(seed.size_bytes for seed in seeds)
-        kept = f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, {size / 2**30:.2f} GB"
-        return Check("database seeds", True, f"{kept} of SEED_CACHE_GB {self.cache_bytes / 2**30:.0f} GB "
-                                             "(preview-orchestrator seeds)")
+        """doctor's line of the seeds kept, their spares and their bound."""
+        return seeds_check(self._dir.parent.parent, self.cache_bytes)
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used seeds beyond SEED_CACHE_GB, and any unused for CLEANUP_TTL_DAYS; never

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -31,6 +30,15 @@ from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.data_seeds import LAYER_LABEL
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
+from orchestrator.runtime.seed_layers import (
+    LAYER_VOLUME_LABEL,
+    layer_of,
+    layer_volume,
+    mountpoint,
+    overlay_options,
+    prepare_layer,
+    spare_prefix,
+)
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
@@ -136,41 +144,38 @@ class DatabaseSeeds:
             return False
         return True
 
-    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog) -> bool:
-        """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered): the seed's files seen
-        through it, what the preview writes kept in a layer volume of its own (`layer_volume`, labelled like
-        `volume` without compose's labels, so that the preview's cleanup removes it). The engine's local driver
-        mounts it; the seed must then stay while the copy exists (DataSeeds.remove asks). False (nothing left)
-        when it cannot be made here — the engine's volumes are not this host's files — and the caller copies."""
-        layer = layer_volume(volume)
+    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
+                     spare: str | None = None) -> bool:
+        """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
+        seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
+        the seed's files already in it (seed_spares.py), else a new `<volume>-layer`, labelled like `volume` without
+        compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists
+        (DataSeeds.remove asks). False (nothing left but `spare`) when it cannot be made here — the engine's
+        volumes are not this host's files — and the caller copies."""
+        layer = spare or layer_volume(volume)
         own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
         try:
-            lower = self._mountpoint(source)
-            self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
-            self._docker(["volume", "create", *label_args({**own, LAYER_LABEL: source}), layer], log_to=log_to)
-            top = Path(self._mountpoint(layer))
-            (top / "upper").mkdir(mode=0o755)
-            (top / "work").mkdir(mode=0o700)
-            below = os.stat(lower)  # the overlay's root is the upper directory's: owned as the seed's root is
-            os.chown(top / "upper", below.st_uid, below.st_gid)
-            os.chmod(top / "upper", below.st_mode & 0o7777)
+            lower = mountpoint(self._docker, source)
+            if spare is not None:
+                top = mountpoint(self._docker, spare)
+            else:
+                self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
+                top = prepare_layer(self._docker, layer, {**own, LAYER_LABEL: source}, lower)
         except (CommandFailed, OSError) as exc:
             log_to.note(f"database seed copied, not layered ({exc})")
-            self._quietly(["volume", "rm", "--force", layer])
+            if spare is None:
+                self._quietly(["volume", "rm", "--force", layer])
             return False
-        options = f"lowerdir={lower},upperdir={top}/upper,workdir={top}/work"
-        if not self._create_marked(volume, {**labels, LAYER_LABEL: source}, log_to,
-                                   ["--driver", "local", "--opt", "type=overlay", "--opt", "device=overlay",
-                                    "--opt", f"o={options}"]):
-            self._quietly(["volume", "rm", "--force", layer])
+        if not self._create_marked(volume, {**labels, LAYER_LABEL: source, LAYER_VOLUME_LABEL: layer}, log_to,
+                                   overlay_options(lower, top)):
+            if spare is None:
+                self._quietly(["volume", "rm", "--force", layer])
             return False
         return True
 
-    def _mountpoint(self, volume: str) -> str:
-        path = self._docker(["volume", "inspect", "--format", "{{.Mountpoint}}", volume]).strip()
-        if not path.startswith("/") or "," in path or ":" in path:  # what overlay's options could not carry
-            raise OSError(f"{volume} has no mount point this service can layer on ({path[:80]!r})")
-        return path
+    def layer(self, volume: str) -> str | None:
+        """The layer volume of the overlay copy `volume`, as its label names it (seed_layers.layer_of)."""
+        return layer_of(self._docker, volume, spare_prefix(self._env))
 
     def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
              log_to: DeploymentLog, control: FlowControl, source: str | None = None, layered: bool = False) -> bool:
@@ -215,11 +220,12 @@ class DatabaseSeeds:
     def discard_volume(self, volume: str) -> bool:
         """Remove a volume created for a copy that failed (and its layer, when it was one); False when it could not
         be removed."""
+        layer = self.layer(volume) or layer_volume(volume)
         try:
             self._docker(["volume", "rm", "--force", volume], timeout=120)
         except CommandFailed:
             return False
-        self._quietly(["volume", "rm", "--force", layer_volume(volume)])
+        self._quietly(["volume", "rm", "--force", layer])
         (self._copying / volume).unlink(missing_ok=True)
         return True
 
@@ -276,11 +282,6 @@ class DatabaseSeeds:
             self._docker(argv, timeout=120)
         except CommandFailed:
             pass
-
-
-def layer_volume(volume: str) -> str:
-    """The volume that holds what a layered copy `volume` wrote over its seed."""
-    return f"{volume}-layer"
 
 
 def copy_container(deployment_id: str) -> str:

@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.plugin_api import Check
+
 
 @dataclass(frozen=True)
 class SeedInfo:
@@ -50,3 +52,27 @@ def listed_seeds(state_dir: Path) -> list[SeedInfo]:
     return sorted(found, key=lambda seed: seed.used_at, reverse=True)
 
 
+
+
+def free_spares(state_dir: Path) -> dict[str, int]:
+    """How many free spare layers (seed_spares.py) each seed has: a marker `po-spare-<marker>-<key>-<nonce>` each."""
+    directory = state_dir / "database-seeds" / "spares"
+    counts: dict[str, int] = {}
+    for marker in directory.iterdir() if directory.is_dir() else []:
+        parts = marker.name.split("-")
+        if len(parts) == 5 and parts[:2] == ["po", "spare"]:
+            counts[parts[3]] = counts.get(parts[3], 0) + 1
+    return counts
+
+
+def seeds_check(state_dir: Path, cache_bytes: int) -> Check:
+    """doctor's line of the data seeds kept and their free spares, against SEED_CACHE_GB."""
+    seeds = listed_seeds(state_dir)
+    spares = free_spares(state_dir)
+    size = sum(seed.size_bytes for seed in seeds)
+    spare_bytes = sum(seed.size_bytes * spares.get(seed.key, 0) for seed in seeds)
+    count = sum(spares.get(seed.key, 0) for seed in seeds)  # not those of a seed gone: `sweep` takes them
+    kept = (f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, {size / 2**30:.2f} GB, and {count} "
+            f"spare{'s' if count != 1 else ''}, {spare_bytes / 2**30:.2f} GB")
+    return Check("database seeds", True, f"{kept} of SEED_CACHE_GB {cache_bytes / 2**30:.0f} GB "
+                                         "(preview-orchestrator seeds)")

@@ -17,6 +17,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.common.naming import deployment_id, preview_name, preview_segment
 from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL
+from orchestrator.runtime.seed_spares import SPARE_LABEL
 from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
 from tests.support.git_repos import PullRequestRepo
@@ -196,7 +197,8 @@ def remove_seeds(state_dir: Path, host: str | None = None) -> None:
     previews, under its state directory's marker; a seed being made when it stopped has a container too): a
     stack takes them along, or every test run would leave ~50 MB per stack on the engine."""
     marker = HostEnv.for_state_dir(state_dir).marker
-    for label in (SEED_LABEL, DATA_SEED_LABEL):  # the empty seeds of images, and the repositories' seeds
+    # The empty seeds of images, the repositories' seeds and their spare layers
+    for label in (SEED_LABEL, DATA_SEED_LABEL, SPARE_LABEL):
         filters = ["--filter", f"label={OWNER_LABEL}={marker}", "--filter", f"label={label}"]
         for listing, removal in ((["ps", "-aq"], ["rm", "--force", "--volumes"]),
                                  (["volume", "ls", "-q"], ["volume", "rm", "--force"])):
