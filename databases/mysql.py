@@ -146,6 +146,9 @@ def po_database(database: str, context: RenderContext) -> DatabaseWiring | None:
             command=["sh", "-c", COPY_AND_PERSONALISE, "sh", DATA],
             script=personalise(password, name),
             restore=RESTORE,
+            # An overlay on the seed: the tables' files that `script`'s RENAME TABLE moves are copied into the layer,
+            # the rest read from the seed; with a spare layer (SEED_SPARES) every file is in it already.
+            layered=True,
         ),
     )
 

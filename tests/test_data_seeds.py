@@ -406,6 +406,9 @@ def test_mysql_previews_start_from_seeds_empty_or_the_repository_s(stack: Stack)
     refused = mysql(9, "select 1", password=plugin.SEED_PASSWORD)
     assert refused.returncode != 0 and "denied" in refused.stderr
     assert mysql(9, "show databases like 'seed'").stdout.strip() == ""
+    # An overlay on the seed (DatabaseSeed.layered): RENAME TABLE into pr_<N> moved the tables' files into its layer.
+    assert docker("volume", "inspect", "--format", "{{.Options.type}}", f"{SLUG}-9_db-data").stdout.strip() == \
+        "overlay"
 
     # A broken dump: the database's own error line in the comment.
     broken = make_pr_repo(stack.root / "repos", "go", "seed/mysql-broken",

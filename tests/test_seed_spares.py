@@ -4,7 +4,8 @@ them, taken by a new preview or a reset, removed with the preview that took them
 Without the engine: which spares `sweep` keeps and removes, and when one more fits. With it (real PostgreSQL
 stand-in, Docker, nginx, the service under uvicorn): a spare made after the first preview holds every file of the
 seed, the second preview and a reset start on one, their data are their own, and nothing of a spare is left once
-the previews close."""
+the previews close; a MySQL preview on a spare gets its own database name and password (RENAME TABLE moves files
+already in the layer)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from orchestrator.runtime.seed_catalogue import SeedInfo, free_spares, record_se
 from orchestrator.runtime.seed_layers import LAYER_VOLUME_LABEL, spare_prefix
 from orchestrator.runtime.seed_spares import SPARE_LABEL, SeedSpares
 from tests.support import web
+from tests.support.git_repos import make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, start_stack, stop_stack
-from tests.test_data_seeds import DUMP_A, seeded_repo, sql
+from tests.test_data_seeds import BASE, DUMP_A, MYSQL_DUMP, mysql, seeded_repo, sql
 
 MB = 2**20
 PROJECT = Path(__file__).resolve().parent.parent
@@ -152,7 +154,7 @@ def digest(path: Path) -> str:
 
 @pytest.fixture
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
-    started = start_stack(tmp_path, SEED_CACHE_GB="1", ALLOWED_REPOS="Codertocat/Hello-World")
+    started = start_stack(tmp_path, SEED_CACHE_GB="2", ALLOWED_REPOS="Codertocat/Hello-World")
     yield started
     stop_stack(started)
 
@@ -216,3 +218,35 @@ def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Sta
     wait_until(lambda: third not in spare_volumes(stack) and len(free(stack)) == 1, timeout=120,
                message="the old seed's spare swept, one made on the new seed")
     stack.close(3, repo, repo.sha_a)
+
+
+@pytest.mark.docker
+@pytest.mark.live
+def test_a_mysql_preview_and_its_reset_start_on_spares_under_their_own_names(stack: Stack) -> None:
+    from databases import mysql as plugin
+
+    config = {**BASE, "database": "mysql", "seed": {"file": "demo.sql"}}
+    repo = make_pr_repo(stack.root / "repos", "go", "seed/mysql-spares", config=config, files={"demo.sql": MYSQL_DUMP})
+    stack.send("opened", 8, repo, repo.sha_a)
+    stack.wait_for(8, "running", repo.sha_a)
+    wait_until(lambda: len(free(stack)) == 1, timeout=120, message="a spare made")
+    [spare] = free(stack)
+    stack.send("opened", 9, repo, repo.sha_a)
+    stack.wait_for(9, "running", repo.sha_a)
+    assert f"database layered on spare {spare}" in stack.logs(9)
+    # The copy on the spare is pull request 9's: its database, its password, the seed's gone; its writes its own.
+    assert mysql(9, "select o.id, p.name from orders o join products p on p.id = o.product").stdout.strip() == \
+        "10\tfirst"
+    refused = mysql(9, "select 1", password=plugin.SEED_PASSWORD)
+    assert refused.returncode != 0 and "denied" in refused.stderr
+    assert mysql(9, "insert into products values (4, 'by pr 9')").returncode == 0
+    assert mysql(8, "select count(*) from products").stdout.strip() == "3"
+    wait_until(lambda: len(free(stack)) == 1, timeout=120, message="a second spare made")
+    [second] = free(stack)
+    reset = web.post(f"{stack.service.url}/api/previews/{SLUG}-9/reset-db", json={}, timeout=300)
+    assert reset.status_code == 200, reset.text
+    assert layer_named(f"{SLUG}-9_db-data") == second
+    wait_until(lambda: mysql(9, "select count(*) from products").stdout.strip() == "3", timeout=60,
+               message="pull request 9's database back to the seed")
+    for pr in (8, 9):
+        stack.close(pr, repo, repo.sha_a)
