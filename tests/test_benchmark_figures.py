@@ -92,3 +92,25 @@ def test_the_preview_data_table_is_its_run_rounded(column: int, database: str) -
         assert shown(figure(seeded), rows[label][column]), (label, rows[label][column], figure(seeded))
     ratio = re.search(r"\(([0-9.]+) ×\)", rows["new pull request: `running` with the last row there"][column])
     assert ratio is not None and shown(seeded["targets"]["new_pr_vs_person"], ratio[1])
+
+
+SPARES_ROWS = {
+    "a person's restore into a fresh container": lambda s: s["person_restore_s"],
+    "first pull request (restores the seed, beside the build)": lambda s: s["first_pr_restore_s"],
+    "a spare made after it (5 s of it the wait)": lambda s: s["spare_made_after_first_pr_s"],
+    "new pull request: `running` with the last row there": lambda s: s["new_pr_seeded_s"],
+    "new pull request without a seed": lambda s: s["new_pr_without_seed_s"],
+    "the seed's cost on a new pull request": lambda s: s["targets"]["seed_cost_s"],
+    "`reset-db` back to the seed": lambda s: s["reset_db_s"],
+}
+
+
+@pytest.mark.parametrize(("column", "database"), [(1, "postgres"), (2, "mysql")])
+def test_the_spare_layers_table_is_its_run_rounded(column: int, database: str) -> None:
+    seeded = result("seeded-2026-11-28.json")["seeded"][database]
+    rows = {row[0]: row for row in table_after("### Spare layers: the targets met (2026-11-28)")}
+    assert set(rows) == set(SPARES_ROWS)
+    for label, figure in SPARES_ROWS.items():
+        assert shown(figure(seeded), rows[label][column]), (label, rows[label][column], figure(seeded))
+    ratio = re.search(r"\(([0-9.]+) ×\)", rows["new pull request: `running` with the last row there"][column])
+    assert ratio is not None and shown(seeded["targets"]["new_pr_vs_person"], ratio[1])

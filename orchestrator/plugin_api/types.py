@@ -235,9 +235,9 @@ class DatabaseSeed(BaseModel):
     script: SecretStr = Field(description="Standard input of `command`")
     restore: SeedRestore | None = Field(default=None, description="None: repositories cannot declare a `seed`")
     # A copy of a repository's seed may be an overlay on it instead of a copy of its files: `command` then finds
-    # SEED_MOUNT empty and `path` already holding the seed, and only what it writes is stored apart. Only for a
-    # database whose command (and first writes) touch small files: one that renames or rewrites the seed's large
-    # files would copy them anyway (MySQL's RENAME TABLE moves every table's file).
+    # SEED_MOUNT empty and `path` already holding the seed, and only what it writes is stored apart. A file opened
+    # for writing is copied into the layer first (PostgreSQL's tables on their first query, the files MySQL's RENAME
+    # TABLE moves): the compose runtime makes spare layers ahead that hold every file already (SEED_SPARES).
     layered: bool = False
 
 
