@@ -49,6 +49,9 @@ data="$1"
 # A clone where the volume store can make one (XFS with reflink, btrfs): instant; else a copy.
 reflink=$(cp --help 2>&1 | grep -q -e '--reflink' && echo --reflink=auto || true)
 cp -a $reflink {SEED_MOUNT}/. "$data"/
+# A layered copy's SEED_MOUNT is an empty tmpfs (root, 1777), whose owner and mode `cp -a` gave the data directory
+chown mysql:mysql "$data"
+chmod 750 "$data"
 # Each copy its own server identity and keys (MySQL makes them again when they are missing)
 rm -f "$data"/auto.cnf "$data"/*.pem
 server=$(command -v mysqld || command -v mariadbd)

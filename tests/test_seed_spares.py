@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from databases import postgres
 from orchestrator.common.host_env import HostEnv
 from orchestrator.plugin_api import OWNER_LABEL
 from orchestrator.plugin_api.types import DatabaseSeed
@@ -58,6 +59,11 @@ class ListingEngine:
         return name in self.spares and name not in self.removed
 
 
+def mark(marker: Path, made: float, size: int) -> None:
+    """A free spare's marker: the restore of its seed it was made on, and its measured size."""
+    marker.write_text(json.dumps({"madeAt": repr(made), "bytes": size}))
+
+
 def seed_info(key: str, size: int, used: float) -> SeedInfo:
     return SeedInfo(key=key, repository="github/acme/shop", source="file a.sql", image="postgres:16", size_bytes=size,
                     made_at=used, seconds=1.0, used_at=used)
@@ -79,8 +85,8 @@ def test_sweep_keeps_free_spares_that_fit_and_removes_every_other_unless_taken_o
     spares = SeedSpares(env, tmp_path, engine, seeds, count=1)  # type: ignore[arg-type]
     markers = tmp_path / "database-seeds" / "spares"
     markers.mkdir(parents=True)
-    for name, made in ((free_a, repr(now)), (free_b, repr(now - 60)), (gone, repr(now))):
-        (markers / name).write_text(made)  # the restore of its seed it was made on
+    for name, made in ((free_a, now), (free_b, now - 60), (gone, now)):
+        mark(markers / name, made, 300 * MB)
     assert free_spares(tmp_path) == {"a" * 20: 1, "b" * 20: 1, "c" * 20: 1}
     assert "2 repository seeds, 0.59 GB, and 2 spares, 0.59 GB" in seeds_check(tmp_path, 1000 * MB).detail
 
@@ -98,11 +104,21 @@ def test_sweep_keeps_free_spares_that_fit_and_removes_every_other_unless_taken_o
     # One being made is left alone; one made on an earlier restore of its seed is not; with room, one more fits.
     building, earlier = f"{prefix}{'b' * 20}-00000006", f"{prefix}{'a' * 20}-00000007"
     engine.spares += [building, earlier]
-    (markers / earlier).write_text(repr(now - 3600))
+    mark(markers / earlier, now - 3600, 300 * MB)
     spares._building.add(building)
     assert spares.sweep() == [earlier] and spares.take("a" * 20) is None
     seeds.cache_bytes = 2000 * MB
     assert spares._fits("a" * 20)
+
+    # Never more than SEED_SPARES free spares of a seed (the setting lowered); none taken with SEED_SPARES=0.
+    second_a = f"{prefix}{'a' * 20}-00000008"
+    engine.spares, engine.removed = [building, free_a, second_a], []
+    mark(markers / free_a, now, 300 * MB)
+    mark(markers / second_a, now, 300 * MB)
+    assert spares.sweep() == [second_a] and spares.free() == [free_a]
+    spares.count = 0
+    assert spares.take("a" * 20) is None and spares.free() == [free_a]
+    assert spares.sweep() == [free_a]
 
 
 def test_no_spare_for_a_seed_that_is_not_layered_or_when_spares_are_off(tmp_path: Path) -> None:
@@ -162,7 +178,9 @@ def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
 @pytest.mark.docker
 @pytest.mark.live
 def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Stack) -> None:
-    repo = seeded_repo(stack, "seed/spares", {"seeds/demo.sql": DUMP_A}, {"file": "seeds/demo.sql"})
+    # A restore's commands can make hard links in the data; a spare never copies them (each name would be a copy).
+    link = f"ln {postgres.DATA}/PG_VERSION {postgres.DATA}/po-linked"
+    repo = seeded_repo(stack, "seed/spares", {"seeds/demo.sql": DUMP_A}, {"file": "seeds/demo.sql", "commands": [link]})
     stack.send("opened", 1, repo, repo.sha_a)
     stack.wait_for(1, "running", repo.sha_a)
     assert "layered on spare" not in stack.logs(1)  # the seed was just restored: no spare yet
@@ -179,9 +197,12 @@ def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Sta
     seed_volume = docker("volume", "inspect", "--format", '{{index .Labels "dev.preview-orchestrator.spare-of"}}',
                          spare).stdout.strip()
     seed_files, upper = files(mountpoint(seed_volume)), files(mountpoint(spare) / "upper")
-    assert len(seed_files) > 900 and upper == seed_files  # PostgreSQL's catalog and the table: all of them
+    linked = {"PG_VERSION", "po-linked"}
+    assert linked <= set(seed_files) and len(seed_files) > 900  # PostgreSQL's catalog and the table
+    assert upper == {name: size for name, size in seed_files.items() if name not in linked}
     before = {name: digest(mountpoint(seed_volume) / name) for name in seed_files}
-    assert {name: digest(mountpoint(spare) / "upper" / name) for name in seed_files} == before
+    assert {name: digest(mountpoint(spare) / "upper" / name) for name in upper} == \
+        {name: before[name] for name in upper}
 
     # The second preview starts on it: its overlay names the spare, and its data are its own.
     stack.send("opened", 2, repo, repo.sha_a)

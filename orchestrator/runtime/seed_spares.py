@@ -1,15 +1,18 @@
-"""Spare layers of a repository's layered seed (DatabaseSeed.layered: PostgreSQL), made ahead so that a new preview
-of the repository, or `/preview reset-db`, starts on a layer that already holds the seed's files.
+"""Spare layers of a repository's layered seed (DatabaseSeed.layered: the built-in PostgreSQL and MySQL), made ahead
+so that a new preview of the repository, or `/preview reset-db`, starts on a layer that already holds the seed's
+files.
 
-Why: a layered copy is ready in a fraction of a second whatever the seed's size, but PostgreSQL opens a table's
-files for writing, and overlayfs copies a file into the layer the first time it is opened so: a preview's first
-query of a large table waited for that copy (1–3 s for 350 MB on this ext4 host; docs/benchmarks.md). A spare is a
-layer (seed_layers.py) in which every regular file of the seed has been opened for writing once, by a container of
-the database's image running as the data's owner with no capabilities and no network: the copies are made before
-anyone waits for them.
+Why: a layered copy is ready in a fraction of a second whatever the seed's size, but overlayfs copies a file into
+the layer the first time it is opened for writing — PostgreSQL opens a table's files so on its first query, MySQL's
+RENAME TABLE into pr_<N> moves them — and a preview waited for those copies (1–3 s for 350 MB on this ext4 host;
+docs/benchmarks.md). A spare is a layer (seed_layers.py) in which every regular file of the seed with one name has
+been opened for writing once, by a container of the database's image running as the data's owner with no
+capabilities and no network: the copies are made before anyone waits for them. Its size is then counted in a fresh
+container; one larger than its seed (hard links a restore made, which the copies would split) is not kept.
 
 A spare is the volume `po-spare-<marker>-<seed key>-<nonce>`, labelled with the service's owner marker and
-SPARE_LABEL (the seed's volume); it is free while its marker `<state dir>/database-seeds/spares/<name>` exists.
+SPARE_LABEL (the seed's volume); it is free while its marker `<state dir>/database-seeds/spares/<name>` exists (it
+says the restore of the seed the spare was made on, and the spare's size).
 Taking one removes the marker; the preview's overlay volume then names it (LAYER_VOLUME_LABEL) and it goes with that
 volume (a reset, the preview's removal) or, after a crash, with `sweep`. Up to SEED_SPARES are kept per seed, made
 a few seconds after the preview that took one started (so they do not compete with its first requests), and free
@@ -20,7 +23,9 @@ reserved (DataSeeds.prepare or `hold`).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -47,6 +52,7 @@ WARM_TIMEOUT = 600.0
 # Opens each file named for writing and closes it, writing nothing: overlayfs copies it into the layer. `true`, not
 # `:`: a failed redirection of a special built-in would end the shell (the file is then copied on first use).
 OPEN_FOR_WRITING = 'for f do true >> "$f"; done; exit 0'
+SLACK_BYTES = 16 * 2**20  # a spare may exceed its seed by a tenth and this (directories, the layer's own files)
 
 
 class SeedSpares:
@@ -68,20 +74,26 @@ class SeedSpares:
 
     def free(self, key: str | None = None) -> list[str]:
         """The free spares (of the seed `key`), oldest first."""
-        pattern = f"{self._prefix}{key}-*" if key else f"{self._prefix}*"
-        markers = sorted(self._dir.glob(pattern), key=lambda p: p.stat().st_mtime) if self._dir.is_dir() else []
-        return [marker.name for marker in markers]
+        found = []
+        for marker in self._dir.glob(f"{self._prefix}{key}-*" if key else f"{self._prefix}*"):
+            try:
+                found.append((marker.stat().st_mtime, marker.name))
+            except FileNotFoundError:  # taken or swept meanwhile
+                continue
+        return [name for _, name in sorted(found)]
 
     def take(self, key: str) -> str | None:
         """A free spare of the seed `key` (reserved by the caller), no longer free; None when there is none. The
         caller calls `settle` once the preview's overlay volume names it, or failed to be made."""
+        if not self.count:
+            return None
         made = self._made_at().get(key)
         with self._lock:
             for name in self.free(key):
-                current = self._marked(name) == made
+                marked = self._marked(name)
                 (self._dir / name).unlink(missing_ok=True)  # one made on an earlier seed of that key: `sweep` takes it
                 try:
-                    present = current and self._engine.volume_exists(name)
+                    present = marked is not None and marked[0] == made and self._engine.volume_exists(name)
                 except CommandFailed:
                     present = False
                 if present:
@@ -93,10 +105,12 @@ class SeedSpares:
         """When each seed kept was restored: a spare is made on one restore of its key, never used on another."""
         return {seed.key: repr(seed.made_at) for seed in self._seeds.listed()}
 
-    def _marked(self, name: str) -> str | None:
+    def _marked(self, name: str) -> tuple[str, int] | None:
+        """What a free spare's marker says: the restore of its seed it was made on, and its size."""
         try:
-            return (self._dir / name).read_text()
-        except OSError:
+            raw = json.loads((self._dir / name).read_text())
+            return str(raw["madeAt"]), int(raw["bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def settle(self, name: str) -> None:
@@ -118,7 +132,10 @@ class SeedSpares:
         try:
             time.sleep(REFILL_DELAY)
             self.sweep()
-            while len(self.free(key)) < self.count and self._fits(key) and self._seeds.hold(key):
+            while len(self.free(key)) < self.count and self._fits(key):
+                if not self._seeds.hold(key):  # being restored again, or removed
+                    log.info("no spare of data seed %s made: it is being restored or removed", key)
+                    return
                 try:
                     if not self._make(key, image_id, seed):
                         return
@@ -132,35 +149,48 @@ class SeedSpares:
         return {seed.key: seed.size_bytes for seed in self._seeds.listed()}
 
     def _fits(self, key: str) -> bool:
-        """Whether one more spare of `key` fits under SEED_CACHE_GB beside the seeds and the free spares."""
+        """Whether one more spare of `key` fits under SEED_CACHE_GB beside the seeds, the free spares and any being
+        made (each counted at its seed's size until it is measured)."""
         sizes = self._sizes()
-        spares = sum(sizes.get(self._key(name), 0) for name in self.free())
-        return key in sizes and sum(sizes.values()) + spares + sizes[key] <= self._seeds.cache_bytes
+        spares = sum((self._marked(name) or ("", sizes.get(self._key(name), 0)))[1] for name in self.free())
+        with self._lock:
+            building = sum(sizes.get(self._key(name), 0) for name in self._building if not name.endswith("-view"))
+        if key in sizes and sum(sizes.values()) + spares + building + sizes[key] <= self._seeds.cache_bytes:
+            return True
+        log.info("no spare of data seed %s made: it would not fit in SEED_CACHE_GB", key)
+        return False
 
     def _make(self, key: str, image_id: str, seed: DatabaseSeed) -> bool:
         name = f"{self._prefix}{key}-{uuid.uuid4().hex[:8]}"
         view = f"{name}-view"
         labels = {OWNER_LABEL: self._env.marker, SPARE_LABEL: self._seeds.volume(key)}
         started = time.monotonic()
-        made = self._made_at().get(key, "")
+        made, seed_bytes = self._made_at().get(key, ""), self._sizes().get(key, 0)
         with self._lock:
             self._building.update((name, view))
         try:
             lower = mountpoint(self._docker, self._seeds.volume(key))
             top = prepare_layer(self._docker, name, labels, lower)
             owner = Path(lower).stat()
-            largest = self._sizes().get(key, 0) // 1024 + 1  # a larger file is sparse: never copied whole
             self._docker(["volume", "create", *overlay_options(lower, top), *label_args(labels), view])
+            # One name per file (`-links 1`: copies would split a hard link), none larger than the whole seed
             self._docker(["run", "--rm", "--name", name, "--network", "none", *BOUNDS, "--cap-drop", "ALL",
                           "--user", f"{owner.st_uid}:{owner.st_gid}", *label_args(labels),
                           "--mount", f"type=volume,source={view},target={seed.path}", "--entrypoint", "find",
-                          image_id, seed.path, "-xdev", "-type", "f", "-size", f"-{largest}k",
-                          "-exec", "sh", "-c", OPEN_FOR_WRITING, "sh", "{}", "+"], timeout=WARM_TIMEOUT)
+                          image_id, seed.path, "-xdev", "-type", "f", "-links", "1", "-size",
+                          f"-{seed_bytes // 1024 + 1}k", "-exec", "sh", "-c", OPEN_FOR_WRITING, "sh", "{}", "+"],
+                         timeout=WARM_TIMEOUT)
             self._docker(["volume", "rm", view])
+            size = self._measure(name, image_id, f"{owner.st_uid}:{owner.st_gid}")
+            if size > seed_bytes + seed_bytes // 10 + SLACK_BYTES:
+                raise OSError(f"the spare takes {size / 2**20:.0f} MB, its seed {seed_bytes / 2**20:.0f} MB")
             self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            (self._dir / name).write_text(made)
-        except (CommandFailed, OSError) as exc:
-            log.warning("spare of data seed %s could not be made: %s", key, exc)
+            partial = self._dir / f".partial-{name}"  # never read as a marker until whole
+            partial.write_text(json.dumps({"madeAt": made, "bytes": size}))
+            os.replace(partial, self._dir / name)
+        except (CommandFailed, OSError, ValueError) as exc:
+            detail = exc.tail(3) if isinstance(exc, CommandFailed) else str(exc)
+            log.warning("spare of data seed %s could not be made: %s", key, detail)
             for argv in (["rm", "--force", name], ["volume", "rm", "--force", view, name]):
                 self._quietly(argv)
             return False
@@ -170,37 +200,47 @@ class SeedSpares:
         log.info("spare %s of data seed %s made in %.1fs", name, key, time.monotonic() - started)
         return True
 
+    def _measure(self, name: str, image_id: str, user: str) -> int:
+        """The bytes of a spare's upper directory, counted by the image's `du` in a fresh container that mounts it
+        read only, as the data's owner (with no capabilities, root could not read the data's private directories)."""
+        out = self._docker(["run", "--rm", "--network", "none", *BOUNDS, "--cap-drop", "ALL", "--user", user,
+                            "--mount", f"type=volume,source={name},target=/po-spare,readonly",
+                            "--entrypoint", "du", image_id, "-sk", "/po-spare/upper"], timeout=600)
+        return int(out.split()[0]) * 1024
+
     def sweep(self) -> list[str]:
         """Remove the spares no preview has and none may take — of a seed that is gone or was restored again since,
-        made halfway, left by a preview removed meanwhile, or free beyond SEED_CACHE_GB (those of the least recently
-        used seeds first) — but not one being made or just taken. The names removed; none when the engine cannot
-        list them (the next sweep looks again)."""
-        try:
-            listed = self._docker(["volume", "ls", "--quiet", "--filter", f"label={OWNER_LABEL}={self._env.marker}",
-                                   "--filter", f"label={SPARE_LABEL}"]).split()
-            named = set(self._docker(["volume", "ls", "--filter", f"label={LAYER_VOLUME_LABEL}", "--format",
-                                      f'{{{{.Label "{LAYER_VOLUME_LABEL}"}}}}']).split())
-        except CommandFailed as exc:
-            log.warning("spares of data seeds could not be listed: %s", exc)
-            return []
+        made halfway, left by a preview removed meanwhile, beyond SEED_SPARES, or free beyond SEED_CACHE_GB (those
+        of the least recently used seeds first) — but not one being made or just taken. The names removed; none
+        when the engine cannot list them (the next sweep looks again)."""
         seeds = self._seeds.listed()  # most recently used first
         budget = self._seeds.cache_bytes - sum(seed.size_bytes for seed in seeds)
         order = {seed.key: index for index, seed in enumerate(seeds)}
         made = self._made_at()
-        removed = []
-        with self._lock:
-            for name in sorted(listed, key=lambda n: order.get(self._key(n), len(order))):
+        kept: dict[str, int] = {}
+        doomed = []
+        with self._lock:  # what overlay volumes name is listed after any spare taken before was settled
+            try:
+                listed = self._docker(["volume", "ls", "--quiet", "--filter",
+                                       f"label={OWNER_LABEL}={self._env.marker}", "--filter", f"label={SPARE_LABEL}"])
+                named = set(self._docker(["volume", "ls", "--filter", f"label={LAYER_VOLUME_LABEL}", "--format",
+                                          f'{{{{.Label "{LAYER_VOLUME_LABEL}"}}}}']).split())
+            except CommandFailed as exc:
+                log.warning("spares of data seeds could not be listed: %s", exc)
+                return []
+            for name in sorted(listed.split(), key=lambda n: order.get(self._key(n), len(order))):
                 key = self._key(name)
                 if not name.startswith(self._prefix) or name in self._building | self._handed or name in named:
                     continue
-                size = next((seed.size_bytes for seed in seeds if seed.key == key), 0)
-                if key in made and self._marked(name) == made[key] and size <= budget:
-                    budget -= size
+                marked = self._marked(name)
+                if marked is not None and marked[0] == made.get(key) and kept.get(key, 0) < self.count and \
+                        marked[1] <= budget:
+                    budget -= marked[1]
+                    kept[key] = kept.get(key, 0) + 1
                     continue
-                (self._dir / name).unlink(missing_ok=True)
-                if self._quietly(["volume", "rm", "--force", name]):
-                    removed.append(name)
-        return removed
+                (self._dir / name).unlink(missing_ok=True)  # no longer free: nothing takes it from here on
+                doomed.append(name)
+        return [name for name in doomed if self._quietly(["volume", "rm", "--force", name])]
 
     def _key(self, name: str) -> str:
         """The seed key in a spare's (or its view's) name."""

@@ -122,8 +122,8 @@ class Settings(ReviewerSettings, PluginSettings):
     # SEED_CACHE_GB, the least recently used removed first (docs/configuration.md).
     snapshots_dir: Path | None = None
     seed_cache_gb: float = Field(default=20.0, gt=0)
-    # Spare layers kept per layered seed (PostgreSQL), made ahead so that a new preview or reset-db finds the seed's
-    # files copied already (runtime/seed_spares.py); they count against SEED_CACHE_GB. 0: none.
+    # Spare layers kept per layered seed (the built-in PostgreSQL and MySQL), made ahead so that a new preview or
+    # reset-db finds the seed's files copied already (runtime/seed_spares.py); they count against SEED_CACHE_GB.
     seed_spares: int = Field(default=1, ge=0, le=4)
     # Which pull requests get a preview. Drafts: skipped unless PREVIEW_DRAFTS=true (`ready_for_review` deploys);
     # `converted_to_draft` removes the preview, or keeps it with PREVIEW_DRAFT_CONVERTED=keep.
