@@ -24,7 +24,8 @@ from orchestrator.common.host_env import HostEnv
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import make_context, render_deployment
 from orchestrator.rendering.plugin_host import PluginHost
-from orchestrator.runtime.database_seeds import COPY_LABEL
+from orchestrator.runtime.database_seeds import COPY_LABEL, SEED_LABEL, DatabaseSeeds
+from orchestrator.runtime.seed_layers import LAYER_LABEL
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.stack import SLUG, Stack, remove_seeds, start_stack, stop_stack
@@ -100,6 +101,51 @@ def open_pr(stack: Stack, pr: int) -> PullRequestRepo:
     return repo
 
 
+def docker_root(volume: str) -> str:
+    return docker("volume", "inspect", "--format", "{{.Mountpoint}}", volume).stdout.strip()
+
+
+class SeedVolumes:
+    """The docker calls a sweep of empty seeds makes: the seeds listed, which a preview is layered on, removals."""
+
+    def __init__(self, seeds: list[str], layered_on: dict[str, list[str]]) -> None:
+        self.seeds, self.layered_on, self.removed = seeds, layered_on, []
+
+    def command(self, argv: list[str], *_: object) -> str:
+        if argv[:2] == ["volume", "ls"] and f"label={SEED_LABEL}" in argv:
+            return "\n".join(name for name in self.seeds if name not in self.removed)
+        if argv[:2] == ["volume", "ls"]:
+            seed = next(arg for arg in argv if arg.startswith(f"label={LAYER_LABEL}=")).split("=", 2)[2]
+            return "\n".join(self.layered_on.get(seed, []))
+        if argv[:2] == ["volume", "rm"]:
+            self.removed.append(argv[-1])
+        return ""
+
+
+def test_an_empty_seed_a_preview_is_layered_on_stays_until_that_preview_goes(tmp_path: Path) -> None:
+    env = HostEnv.for_state_dir(tmp_path)
+    engine = SeedVolumes([], {})
+    seeds = DatabaseSeeds(env, tmp_path, engine)  # type: ignore[arg-type]
+    current, old, pinned_old, making = (seeds.volume(key) for key in ("k1", "k0", "kp", "km"))
+    engine.seeds = [current, old, pinned_old, making]
+    engine.layered_on = {pinned_old: [f"{SLUG}-3_db-data", f"{SLUG}-3_db-data-layer"]}
+    (tmp_path / "database-seeds").mkdir()
+    (tmp_path / "database-seeds" / "k1").touch()  # ready: the current seed of its image
+    seeds._making.add("km")
+    seeds.sweep()
+    assert engine.removed == [old]  # no longer current, and nothing layered on it
+    engine.layered_on = {}  # preview 3 closed
+    seeds.sweep()
+    assert engine.removed == [old, pinned_old]
+    # A broken copy's seed is removed at once, the failing copy's own overlay not counted; another's keeps it.
+    engine.layered_on = {current: [f"{SLUG}-4_db-data", f"{SLUG}-4_db-data-layer"]}
+    seeds._remove_unpinned(current, besides=f"{SLUG}-4_db-data")
+    assert engine.removed[-1] == current
+    engine.layered_on = {making: [f"{SLUG}-5_db-data"]}
+    seeds._remove_unpinned(making, besides=f"{SLUG}-4_db-data")
+    assert engine.removed[-1] == current
+
+
 @pytest.fixture
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     started = start_stack(tmp_path)
@@ -127,6 +173,10 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
     assert psql(2, password, "select count(*) from pg_database where datname = 'seed'").stdout.strip() == "0"
     mounts = json.loads(docker("inspect", "--format", "{{json .Mounts}}", f"{SLUG}-pr-2-db").stdout)
     assert [m["Name"] for m in mounts] == [f"{SLUG}-2_db-data"]  # the seed itself is never the preview's
+    # An overlay on the seed (DatabaseSeed.layered): the plugin's command wrote a few catalog pages into its layer
+    # instead of copying the seed's files (docs/benchmarks.md)
+    options = json.loads(docker("volume", "inspect", "--format", "{{json .Options}}", f"{SLUG}-2_db-data").stdout)
+    assert options["type"] == "overlay" and f"lowerdir={docker_root(seed_volume(stack, key))}," in options["o"]
     assert password != db_password(1)
 
     # A push: the volume exists, so it is the preview's data that stays, not a new copy of the seed.

@@ -27,6 +27,7 @@ from orchestrator.plugin_api import (
     hookimpl,
 )
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
+from orchestrator.runtime.compose_reset import reset_database
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds
@@ -114,10 +115,10 @@ class ComposeRuntime(Runtime):
                 self._seeding[deployment_id] = seeding
 
     def collect_garbage(self) -> bool:
-        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed, and spares no preview
-        has (seed_spares.py); True when a seed was."""
+        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed, and spares and old empty
+        seeds no preview has (ComposeSeeding.sweep); True when a repository's seed was."""
         evicted = bool(self.data_seeds.evict()) if self.data_seeds is not None else False
-        self.seeding.sweep_spares()
+        self.seeding.sweep()
         return evicted
 
     @property
@@ -153,8 +154,8 @@ class ComposeRuntime(Runtime):
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
-        (compose_seeding.py); the update the flow runs next creates them again."""
-        return self.seeding.reset(deployment_id, compose_file, log)
+        (compose_reset.py); the update the flow runs next creates them again."""
+        return reset_database(self.docker, self.seeding.copies, deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
         """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
@@ -234,7 +235,7 @@ class ComposeRuntime(Runtime):
         except CommandFailed:
             pass  # what compose could not remove is removed by label below
         problems = self.docker.remove_labelled(deployment_id, None)
-        self.seeding.sweep_spares()  # a spare its database was layered on (seed_spares.py)
+        self.seeding.sweep()  # a spare, or an old empty seed, its database was layered on
         try:
             left = {ident.split(":", 1)[0] for ident in self.owned(deployment_id)}
         except RuntimeFailure as exc:

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from orchestrator.plugin_api import (
     CommandFailed,
     DatabaseSeed,
@@ -26,18 +24,11 @@ from orchestrator.plugin_api import (
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
-from orchestrator.runtime.database_seeds import (
-    COMPOSE_PROJECT_LABEL,
-    COMPOSE_VOLUME_LABEL,
-    DatabaseSeeds,
-    copy_container,
-    volume_name,
-)
+from orchestrator.runtime.database_seeds import DatabaseSeeds, copy_container, volume_name
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.seed_layers import layer_volume
+from orchestrator.runtime.seed_layers import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL
 from orchestrator.runtime.seed_spares import SeedSpares
 from orchestrator.runtime.written_compose import (
-    database_volumes,
     declared_containers,
     prebuilt_services,
     seed_volume,
@@ -77,6 +68,7 @@ class ComposeSeeding:
         self.data = data
         self.spares = spares
         self._copier = ThreadPoolExecutor(4, thread_name_prefix="seed-copy")
+        self._layering = True  # empty seeds' copies are overlays until the engine cannot mount one
 
     def plan(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
              control: FlowControl, data: DataSeed | None = None) -> Seeding | None:
@@ -109,12 +101,32 @@ class ComposeSeeding:
         key, image_id = keyed
         labels = {**{str(k): str(v) for k, v in (volume.get("labels") or {}).items()},
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume}
-        if self.empty.ready(key) and self.empty.create_volume(name, labels, key, log):
-            return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(
-                self.empty.copy, name, deployment_id, image_id, key, seed, log, control)))
+        if self.empty.ready(key):
+            empty = self.empty
+            layered = seed.layered and self._layering and empty.create_layer(name, labels, empty.volume(key), log)
+            if layered or empty.create_volume(name, labels, key, log):
+                return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(
+                    self._copy_empty, name, deployment_id, image_id, key, seed, labels, layered, log, control)))
         if not self.empty.ready(key):
             return Seeding(unseeded=(image, image_id, key, seed))
         return None
+
+    def _copy_empty(self, name: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
+                    labels: dict[str, str], layered: bool, log: DeploymentLog, control: FlowControl) -> bool:
+        """Fill `name` from the empty seed `key`: an overlay on it when `layered` (the command writes a few catalog
+        pages, where a copy of the files took 0.7 s for PostgreSQL's 46 MB: docs/benchmarks.md). A layered copy
+        that failed while the seed is still good (the engine could not mount the overlay, not the plugin's command)
+        is copied instead, and this service copies from then on."""
+        assert self.empty is not None
+        empty = self.empty
+        if empty.copy(name, deployment_id, image_id, key, seed, log, control, layered=layered):
+            return True
+        if not layered or not empty.ready(key):
+            return False
+        self._layering = False
+        log.note(f"layered copy of seed {key} failed: copied instead, from now on")
+        return empty.discard_volume(name) and empty.create_volume(name, labels, key, log) and \
+            empty.copy(name, deployment_id, image_id, key, seed, log, control)
 
     def after_start(self, seeding: Seeding) -> None:
         """Once the preview started, in the background: the empty seed it found missing (`plan`'s `unseeded`), and
@@ -124,38 +136,13 @@ class ComposeSeeding:
         if self.spares is not None and seeding.refill is not None:
             self.spares.refill(*seeding.refill)
 
-    def sweep_spares(self) -> None:
-        """Spares no preview has any more (seed_spares.py `sweep`): after a removal, and with the eviction."""
+    def sweep(self) -> None:
+        """Spares no preview has any more (seed_spares.py), and empty seeds no longer used that no preview is
+        layered on (database_seeds.py): after a removal, and with the eviction."""
         if self.spares is not None:
             self.spares.sweep()
-
-    def reset(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
-        """`/preview reset-db` (ComposeRuntime.reset_database): the `db` service's volumes that the engine says are
-        this deployment's (its label), whatever a file names, with the layers of layered copies, and the containers
-        of `db` and `app`, removed."""
-        try:
-            wanted = database_volumes(compose_file, deployment_id)
-        except (OSError, yaml.YAMLError) as exc:
-            raise RuntimeFailure("The database could not be reset", f"{compose_file.name}: {exc}") from None
-        if wanted is None:
-            raise RuntimeFailure("This preview has no db service to reset")
-        with failure("The database could not be reset"):
-            own = set(self.docker.labelled("volume", deployment_id))
-            names = [name for name in wanted if name in own]
-            self.docker.remove([c.ident for c in self.docker.containers(deployment_id) if c.service in ("db", "app")],
-                               log)
-            for name in names:
-                # What a layered copy wrote (it pins its seed until removed); one made before layers were labelled
-                layer = self.layer(name) or (layer_volume(name) if layer_volume(name) in own else None)
-                self.docker.command(["volume", "rm", "--force", name], log, timeout=120)
-                if layer is not None:
-                    self.docker.command(["volume", "rm", "--force", layer], log, timeout=120)
-        log.note(f"database reset: {', '.join(names) or 'no volume of its own'} removed")
-        return names
-
-    def layer(self, volume: str) -> str | None:
-        """The layer volume of the overlay copy `volume` (seed_layers.py); None when it is none."""
-        return None if self.copies is None else self.copies.layer(volume)
+        if self.copies is not None:
+            self.copies.sweep()
 
     def start_from_copy(self, deployment_id: str, compose_file: Path, services: list[str], copy: SeedCopy,
                         log: DeploymentLog, control: FlowControl) -> tuple[bool, list[Container] | None]:

@@ -30,12 +30,12 @@ from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.seed_catalogue import SeedInfo, listed_seeds, record_seed, seeds_check
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_dumps import DumpDigests, content_key, open_dump, seed_key, stage_dump
+from orchestrator.runtime.seed_layers import pinned
 
 log = logging.getLogger("orchestrator.runtime.seeds")
 
 DATA_SEED_LABEL = "dev.preview-orchestrator.data-seed"  # on a data seed's volume: the repository it belongs to
 FROM_SEED_LABEL = "dev.preview-orchestrator.from-seed"  # on a preview's volume copied from a data seed: its content
-LAYER_LABEL = "dev.preview-orchestrator.layered-on"  # on an overlay copy of a seed and its layer: the seed's volume
 RESTORE_TIMEOUT = 3600.0
 LOCK_PAUSE = 0.5  # a deploy waiting for another's restore of the same seed looks for cancellation this often
 COMMAND_TIMEOUT = 1800.0
@@ -267,8 +267,7 @@ class DataSeeds:
             with self._lock:
                 if key in self._in_use:
                     return False
-            # A preview layered on it (DatabaseSeed.layered) reads its files: it stays until that preview goes.
-            if self._docker(["volume", "ls", "--quiet", "--filter", f"label={LAYER_LABEL}={self.volume(key)}"]).split():
+            if pinned(self._docker, self.volume(key)):  # a preview layered on it reads its files
                 return False
             self._docker(["volume", "rm", "--force", self.volume(key)], timeout=120)
             (self._dir / f"{key}.json").unlink(missing_ok=True)

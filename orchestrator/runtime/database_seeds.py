@@ -28,15 +28,12 @@ from orchestrator.plugin_api import DEPLOYMENT_LABEL, OWNER_LABEL, CommandFailed
 from orchestrator.plugin_api.runtime import SeedFailed
 from orchestrator.plugin_api.types import SEED_MOUNT, DatabaseSeed
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.data_seeds import LAYER_LABEL
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_layers import (
-    LAYER_VOLUME_LABEL,
+    create_layer,
     layer_of,
     layer_volume,
-    mountpoint,
-    overlay_options,
-    prepare_layer,
+    pinned,
     spare_prefix,
 )
 
@@ -44,8 +41,6 @@ log = logging.getLogger("orchestrator.runtime.seeds")
 
 SEED_LABEL = "dev.preview-orchestrator.seed"  # on a seed's volume and container: the image it was made from
 COPY_LABEL = "dev.preview-orchestrator.seed-copy"  # on a volume created for a copy: a nonce proving who created it
-COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
-COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
 MAKE_TIMEOUT = 300.0
 COPY_TIMEOUT = 120.0
 
@@ -146,32 +141,8 @@ class DatabaseSeeds:
 
     def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
                      spare: str | None = None) -> bool:
-        """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
-        seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
-        the seed's files already in it (seed_spares.py), else a new `<volume>-layer`, labelled like `volume` without
-        compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists
-        (DataSeeds.remove asks). False (nothing left but `spare`) when it cannot be made here — the engine's
-        volumes are not this host's files — and the caller copies."""
-        layer = spare or layer_volume(volume)
-        own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
-        try:
-            lower = mountpoint(self._docker, source)
-            if spare is not None:
-                top = mountpoint(self._docker, spare)
-            else:
-                self._quietly(["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
-                top = prepare_layer(self._docker, layer, {**own, LAYER_LABEL: source}, lower)
-        except (CommandFailed, OSError) as exc:
-            log_to.note(f"database seed copied, not layered ({exc})")
-            if spare is None:
-                self._quietly(["volume", "rm", "--force", layer])
-            return False
-        if not self._create_marked(volume, {**labels, LAYER_LABEL: source, LAYER_VOLUME_LABEL: layer}, log_to,
-                                   overlay_options(lower, top)):
-            if spare is None:
-                self._quietly(["volume", "rm", "--force", layer])
-            return False
-        return True
+        """`volume` created as an overlay on the seed volume `source` (seed_layers.create_layer)."""
+        return create_layer(self._docker, self._create_marked, volume, labels, source, log_to, spare)
 
     def layer(self, volume: str) -> str | None:
         """The layer volume of the overlay copy `volume`, as its label names it (seed_layers.layer_of)."""
@@ -209,7 +180,7 @@ class DatabaseSeeds:
                 with self._lock:
                     self._broken.add(key)
                 (self._markers / key).unlink(missing_ok=True)
-                self._quietly(["volume", "rm", self.volume(key)])
+                self._remove_unpinned(self.volume(key), besides=volume)
             return False
         except BaseException:  # aborted (FlowAborted): the container must not go on writing
             self._quietly(["rm", "--force", name])
@@ -242,6 +213,8 @@ class DatabaseSeeds:
         name = self.volume(key)
         started = time.monotonic()
         try:
+            if pinned(self._docker, name):  # previews are layered on one made before: never replaced under them
+                raise RuntimeError(f"{name} exists, and previews are layered on it")
             self._quietly(["rm", "--force", "--volumes", name])  # a partial seed of an interrupted run
             self._quietly(["volume", "rm", "--force", name])
             labels = {SEED_LABEL: image, OWNER_LABEL: self._env.marker}
@@ -268,14 +241,37 @@ class DatabaseSeeds:
 
     def _remove_others(self, image: str, key: str) -> None:
         """This service's seeds of an earlier id of the same image (pulled again, or a new recipe): no new preview
-        uses them."""
+        uses them; those previews are layered on stay until `sweep` finds them unused."""
         listed = self._docker(["volume", "ls", "--quiet", "--filter", f"label={SEED_LABEL}={image}",
                                "--filter", f"label={OWNER_LABEL}={self._env.marker}"]).split()
-        prefix = self.volume("")
         for name in listed:
             if name != self.volume(key):
-                (self._markers / name.removeprefix(prefix)).unlink(missing_ok=True)
-                self._quietly(["volume", "rm", name])  # one a copy reads now stays, until the next seed
+                (self._markers / name.removeprefix(self.volume(""))).unlink(missing_ok=True)
+                self._remove_unpinned(name)
+
+    def sweep(self) -> None:
+        """Remove this service's seeds no new preview uses (an earlier one of an image, a broken one) once no
+        preview is layered on them; not one being made."""
+        try:
+            listed = self._docker(["volume", "ls", "--quiet", "--filter", f"label={SEED_LABEL}",
+                                   "--filter", f"label={OWNER_LABEL}={self._env.marker}"]).split()
+        except CommandFailed:
+            return
+        for name in listed:
+            key = name.removeprefix(self.volume(""))
+            with self._lock:
+                busy = key in self._making
+            if not busy and not (self._markers / key).is_file():
+                self._remove_unpinned(name)
+
+    def _remove_unpinned(self, volume: str, besides: str | None = None) -> None:
+        """Remove the seed `volume` unless a preview (`besides` that one) is layered on it, or a copy reads it
+        (`volume rm` refuses)."""
+        try:
+            if not pinned(self._docker, volume, besides):
+                self._docker(["volume", "rm", volume], timeout=120)
+        except CommandFailed:
+            pass
 
     def _quietly(self, argv: list[str]) -> None:
         try:

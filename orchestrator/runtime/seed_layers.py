@@ -10,8 +10,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.plugin_api import CommandFailed, HostEnv
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, HostEnv
 
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
+LAYER_LABEL = "dev.preview-orchestrator.layered-on"  # on an overlay copy of a seed and its layer: the seed's volume
 LAYER_VOLUME_LABEL = "dev.preview-orchestrator.layer"  # on an overlay copy of a seed: the volume of its layer
 
 Docker = Callable[..., str]
@@ -54,6 +57,14 @@ def overlay_options(lower: str, top: str) -> list[str]:
             "--opt", f"o=lowerdir={lower},upperdir={top}/upper,workdir={top}/work"]
 
 
+def pinned(docker: Docker, seed_volume: str, besides: str | None = None) -> bool:
+    """Whether a preview's copy is an overlay on `seed_volume` (its LAYER_LABEL names it): the engine does not know
+    that an overlay reads it, so the seed must stay until that copy goes. `besides`: a copy (and its own layer)
+    not counted, the failed one about to be removed."""
+    found = set(docker(["volume", "ls", "--quiet", "--filter", f"label={LAYER_LABEL}={seed_volume}"]).split())
+    return bool(found - {besides, layer_volume(besides)} if besides else found)
+
+
 def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
     """The layer volume of the overlay copy `volume` as its label names it, when it is one a layered copy may have
     (its own `-layer`, or one of this service's spares); None for any other volume."""
@@ -65,3 +76,42 @@ def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
     if named == layer_volume(volume) or (named.startswith(spare_prefix) and "/" not in named):
         return named
     return None
+
+
+def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], DeploymentLog, list[str]], bool],
+                 volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
+                 spare: str | None = None) -> bool:
+    """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
+    seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
+    the seed's files already in it (seed_spares.py), else a new `<volume>-layer`, labelled like `volume` without
+    compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists (`pinned`
+    says so). False (nothing left but `spare`) when it cannot be made here — the engine's
+    volumes are not this host's files — and the caller copies. `create_marked` creates a volume marked as being
+    copied (DatabaseSeeds)."""
+    layer = spare or layer_volume(volume)
+    own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
+    try:
+        lower = mountpoint(docker, source)
+        if spare is not None:
+            top = mountpoint(docker, spare)
+        else:
+            _quietly(docker, ["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
+            top = prepare_layer(docker, layer, {**own, LAYER_LABEL: source}, lower)
+    except (CommandFailed, OSError) as exc:
+        log_to.note(f"database seed copied, not layered ({exc})")
+        if spare is None:
+            _quietly(docker, ["volume", "rm", "--force", layer])
+        return False
+    if not create_marked(volume, {**labels, LAYER_LABEL: source, LAYER_VOLUME_LABEL: layer}, log_to,
+                         overlay_options(lower, top)):
+        if spare is None:
+            _quietly(docker, ["volume", "rm", "--force", layer])
+        return False
+    return True
+
+
+def _quietly(docker: Docker, argv: list[str]) -> None:
+    try:
+        docker(argv, timeout=120)
+    except CommandFailed:
+        pass
