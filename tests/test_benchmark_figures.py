@@ -114,3 +114,19 @@ def test_the_spare_layers_table_is_its_run_rounded(column: int, database: str) -
         assert shown(figure(seeded), rows[label][column]), (label, rows[label][column], figure(seeded))
     ratio = re.search(r"\(([0-9.]+) ×\)", rows["new pull request: `running` with the last row there"][column])
     assert ratio is not None and shown(seeded["targets"]["new_pr_vs_person"], ratio[1])
+
+
+def test_the_layered_empty_seeds_table_is_its_two_runs_rounded() -> None:
+    before, after = (result(name)["preview"] for name in ("preview-2026-11-28.json", "preview-2026-11-28b.json"))
+    rows = table_after("### Empty seeds layered: the second pull request at 0.27 ×")
+    flows = {"deploy": "deploy", "update (a push of code never built)": "update", "deploy (second PR)": "deploy",
+             "update (a commit built before)": "update"}
+    assert len(rows) == 4
+    for row in rows:
+        cache, flow = row[0], flows[row[1]]
+        raw = [figure.strip() for figure in row[2].split("/")]
+        assert shown(before[cache]["median"][f"raw_{flow}_s"], raw[0]), row
+        assert shown(after[cache]["median"][f"raw_{flow}_s"], raw[1]), row
+        assert shown(before[cache]["median"][f"service_{flow}_s"], row[3]), row
+        assert shown(after[cache]["median"][f"service_{flow}_s"], row[4]), row
+    assert shown(after["targets"]["second_pr_vs_raw"], "0.27")
