@@ -177,6 +177,14 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
     # instead of copying the seed's files (docs/benchmarks.md)
     options = json.loads(docker("volume", "inspect", "--format", "{{json .Options}}", f"{SLUG}-2_db-data").stdout)
     assert options["type"] == "overlay" and f"lowerdir={docker_root(seed_volume(stack, key))}," in options["o"]
+    # Held (seed_layers.hold): the engine counts the layer and the seed in use, so neither a prune nor `volume rm`
+    # takes them from under the preview (no container mounts them but the holder: the overlay names their paths).
+    layer = f"{SLUG}-2_db-data-layer"
+    # (the suite's engine is Docker 20.10: `volume prune` takes named volumes too, as `--all` does from 23.0)
+    pruned = docker("volume", "prune", "--force", "--filter", f"label=dev.preview-orchestrator.deployment={SLUG}-2")
+    assert pruned.returncode == 0 and layer not in pruned.stdout, pruned.stdout
+    for held in (layer, seed_volume(stack, key)):
+        assert docker("volume", "rm", held).returncode != 0
     assert password != db_password(1)
 
     # A push: the volume exists, so it is the preview's data that stays, not a new copy of the seed.
@@ -188,6 +196,7 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
 
     for pr in (1, 2):
         stack.close(pr, repo, repo.sha_b)  # and nothing of the preview is left
+    assert docker("ps", "--all", "--quiet", "--filter", "label=dev.preview-orchestrator.holder-of").stdout == ""
     assert docker("volume", "inspect", seed_volume(stack, key)).returncode == 0  # the host's, for the next preview
     remove_seeds(stack.root / "state")  # what the stack's teardown does: a test run leaves no seed behind
     assert docker("volume", "inspect", seed_volume(stack, key)).returncode != 0

@@ -32,6 +32,7 @@ from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds
 from orchestrator.runtime.failures import failure
+from orchestrator.runtime.seed_layers import HOLDER_LABEL, release_holders
 from orchestrator.runtime.seed_spares import SeedSpares
 from orchestrator.runtime.written_compose import built_images, prebuilt_services, started_early
 
@@ -230,6 +231,10 @@ class ComposeRuntime(Runtime):
         with self._lock:
             for state in (self._seeding, self._initialised, self._after_start):
                 state.pop(deployment_id, None)
+        try:  # the holders of its layered copies first: they hold volumes removed below (seed_layers.hold)
+            release_holders(self.docker.command, f"{HOLDER_LABEL}={deployment_id}")
+        except CommandFailed:
+            pass
         try:
             self.compose.down(deployment_id, compose_file, None)
         except CommandFailed:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.plugin_api import DeploymentLog, RuntimeFailure
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, RuntimeFailure
 from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.database_seeds import DatabaseSeeds
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.seed_layers import layer_volume
+from orchestrator.runtime.seed_layers import holder_name, layer_volume
 from orchestrator.runtime.written_compose import database_volumes
 
 
@@ -31,6 +31,10 @@ def reset_database(docker: DockerResources, copies: DatabaseSeeds | None, deploy
         names = [name for name in wanted if name in own]
         docker.remove([c.ident for c in docker.containers(deployment_id) if c.service in ("db", "app")], log)
         for name in names:
+            try:
+                docker.command(["rm", "--force", holder_name(name)], log, timeout=120)  # a layered copy's holder
+            except CommandFailed:
+                pass
             # What a layered copy wrote (it pins its seed until removed); one made before layers were labelled
             layer = copies.layer(name) if copies is not None else None
             layer = layer or (layer_volume(name) if layer_volume(name) in own else None)

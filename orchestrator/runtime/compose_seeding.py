@@ -26,7 +26,7 @@ from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds, copy_container, volume_name
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.seed_layers import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL
+from orchestrator.runtime.seed_layers import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL, HELD_LABEL, release_holders
 from orchestrator.runtime.seed_spares import SeedSpares
 from orchestrator.runtime.written_compose import (
     declared_containers,
@@ -103,7 +103,12 @@ class ComposeSeeding:
                   COMPOSE_PROJECT_LABEL: deployment_id, COMPOSE_VOLUME_LABEL: seed.volume}
         if self.empty.ready(key):
             empty = self.empty
-            layered = seed.layered and self._layering and empty.create_layer(name, labels, empty.volume(key), log)
+            layered = seed.layered and self._layering and \
+                empty.create_layer(name, labels, empty.volume(key), log, holder=image_id)
+            if layered and not empty.ready(key):  # being removed meanwhile: its removal did not see this copy
+                layered = False
+                if not empty.discard_volume(name):
+                    raise RuntimeFailure(STARTING, f"{name} is layered on a seed being removed and stays")
             if layered or empty.create_volume(name, labels, key, log):
                 return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(
                     self._copy_empty, name, deployment_id, image_id, key, seed, labels, layered, log, control)))
@@ -115,8 +120,8 @@ class ComposeSeeding:
                     labels: dict[str, str], layered: bool, log: DeploymentLog, control: FlowControl) -> bool:
         """Fill `name` from the empty seed `key`: an overlay on it when `layered` (the command writes a few catalog
         pages, where a copy of the files took 0.7 s for PostgreSQL's 46 MB: docs/benchmarks.md). A layered copy
-        that failed while the seed is still good (the engine could not mount the overlay, not the plugin's command)
-        is copied instead, and this service copies from then on."""
+        that failed with the seed still good (docker's failure, as an overlay it could not mount, not the
+        command's) is copied instead, and this service copies from then on."""
         assert self.empty is not None
         empty = self.empty
         if empty.copy(name, deployment_id, image_id, key, seed, log, control, layered=layered):
@@ -139,6 +144,10 @@ class ComposeSeeding:
     def sweep(self) -> None:
         """Spares no preview has any more (seed_spares.py), and empty seeds no longer used that no preview is
         layered on (database_seeds.py): after a removal, and with the eviction."""
+        try:  # a holder whose copy is gone (its preview removed while the service was down)
+            release_holders(self.docker.command, HELD_LABEL)
+        except CommandFailed:
+            pass
         if self.spares is not None:
             self.spares.sweep()
         if self.copies is not None:
@@ -240,7 +249,7 @@ class ComposeSeeding:
         source = seeds.volume(key)
         spare = self.spares.take(key) if self.spares is not None and seed.layered else None
         try:
-            layered = seed.layered and copies.create_layer(name, labels, source, log, spare=spare)
+            layered = seed.layered and copies.create_layer(name, labels, source, log, spare=spare, holder=image_id)
         finally:
             if spare is not None and self.spares is not None:
                 self.spares.settle(spare)  # named by the overlay volume now; or a failure's, which `sweep` removes

@@ -1,13 +1,12 @@
 """Database seeds (plugin_api.DatabaseSeed) on this host's Docker engine: a data directory per database image,
-initialised once in a container of its own, that a new preview's volume starts as a copy of — so the preview's
-database starts in a fraction of a second instead of running its first-start initialisation (PostgreSQL's
-initdb: 1.5–2 s of a 2-core host, on the path of every new preview; docs/benchmarks.md).
+initialised once in a container of its own, that a new preview's volume starts as a copy of (or an overlay on:
+seed_layers.py) — so the preview's database skips its first-start initialisation (docs/benchmarks.md).
 
 A seed is made of nothing a pull request wrote: the image as the operator configured it and the plugin's
-`environment`. It is mounted read only into the copy, which runs the plugin's `command` with no network. A
-seed is ready once the marker file `<state dir>/database-seeds/<key>` exists; the key covers the image's id and
-the recipe, so a new image or recipe makes a new seed and the old one is removed. Seeds are this service's
-(their names and labels carry its HostEnv marker): two services on one engine never touch each other's.
+`environment`. The copy runs the plugin's `command` with no network. A seed is ready once its marker
+`<state dir>/database-seeds/<key>` exists; the key covers the image's id and the recipe, so a new image or recipe
+makes a new seed, and the old one is removed once no preview is layered on it. Seeds are this service's (their
+names and labels carry its HostEnv marker): two services on one engine never touch each other's.
 
 A copy is marked in `<state dir>/database-seeds/copying/<volume>` from before its volume exists until it is whole,
 so a volume a crash left half-copied is never taken for a preview's data.
@@ -31,9 +30,11 @@ from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_layers import (
     create_layer,
+    holder_name,
     layer_of,
     layer_volume,
     pinned,
+    quietly,
     spare_prefix,
 )
 
@@ -69,8 +70,7 @@ class DatabaseSeeds:
     def key(self, image: str, seed: DatabaseSeed) -> tuple[str, str] | None:
         """The key of a seed of `image` made by `seed`, and the image's id (what seeds and copies run, so a tag
         that moves meanwhile changes nothing); None when the image is not on the engine (yet)."""
-        image_id = self.image_id(image)
-        if image_id is None:
+        if (image_id := self.image_id(image)) is None:
             return None
         recipe = {"image": image_id, "path": seed.path, "environment": seed.environment, "ready": seed.ready}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:20], image_id
@@ -78,8 +78,7 @@ class DatabaseSeeds:
     def ready(self, key: str) -> bool:
         return key not in self._broken and (self._markers / key).is_file()
 
-    def volume(self, key: str) -> str:
-        """The seed's volume: this service's own (two services on one engine each make theirs)."""
+    def volume(self, key: str) -> str:  # this service's own: two services on one engine each make theirs
         return f"po-seed-{self._env.marker[:12]}-{key}"
 
     def interrupted(self, volume: str) -> bool:
@@ -88,15 +87,11 @@ class DatabaseSeeds:
         same name (the preview closed, opened again) is never taken for one."""
         try:
             nonce = (self._copying / volume).read_text().strip()
-        except OSError:
-            return False
-        try:
             return bool(nonce) and self.label(volume) == nonce
-        except CommandFailed:
+        except (OSError, CommandFailed):
             return False
 
-    def label(self, volume: str, name: str = COPY_LABEL) -> str:
-        """The volume's label `name` (by default the nonce of the copy it was created for); "" when it has none."""
+    def label(self, volume: str, name: str = COPY_LABEL) -> str:  # by default the nonce of the copy it was made for
         return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{name}"}}}}', volume]).strip()
 
     def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog,
@@ -110,12 +105,11 @@ class DatabaseSeeds:
         except CommandFailed as exc:
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
             return False
-        if not present and source is not None:
-            log_to.note(f"database seed {key} is gone from the engine")
-            return False
-        if not present:  # `docker volume prune`
-            log_to.note(f"database seed {key} is gone from the engine; the database initialises itself")
-            (self._markers / key).unlink(missing_ok=True)
+        if not present:  # `docker volume prune`: an empty seed is made again after this deploy
+            log_to.note(f"database seed {key} is gone from the engine" +
+                        ("" if source else "; the database initialises itself"))
+            if source is None:
+                (self._markers / key).unlink(missing_ok=True)
             return False
         return self._create_marked(volume, labels, log_to)
 
@@ -139,10 +133,10 @@ class DatabaseSeeds:
             return False
         return True
 
-    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
+    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog, holder: str,
                      spare: str | None = None) -> bool:
         """`volume` created as an overlay on the seed volume `source` (seed_layers.create_layer)."""
-        return create_layer(self._docker, self._create_marked, volume, labels, source, log_to, spare)
+        return create_layer(self._docker, self._create_marked, volume, labels, source, log_to, holder, spare)
 
     def layer(self, volume: str) -> str | None:
         """The layer volume of the overlay copy `volume`, as its label names it (seed_layers.layer_of)."""
@@ -151,9 +145,9 @@ class DatabaseSeeds:
     def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
              log_to: DeploymentLog, control: FlowControl, source: str | None = None, layered: bool = False) -> bool:
         """Fill `volume` with a copy of the seed `key`, made this preview's by the plugin's command. False when
-        it failed (its container removed): the volume may hold part of a copy, and the caller removes it (compose
-        then creates it empty and the database initialises itself as without a seed). `source`: the volume of a
-        repository's data seed (data_seeds.py) to copy instead; its failure is the caller's to report."""
+        it failed (its container removed): the caller removes the volume (the database then initialises itself).
+        `source`: the volume of a repository's data seed (data_seeds.py) to copy instead; its failure is the
+        caller's to report."""
         name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none", *BOUNDS,
@@ -172,7 +166,9 @@ class DatabaseSeeds:
                 lines = error_lines(exc.output) or exc.tail(5).splitlines()
                 raise SeedFailed("The database seed could not be copied", "\n".join(lines)) from None
             log_to.note(f"database seed not used ({exc}); the database initialises itself")
-            if exc.returncode not in (None, 125):  # the plugin's command failed, not docker or the clock
+            # The plugin's command failed, not docker (125; 126 and 127 a start it could not make, as a mount that
+            # failed: a layered copy's caller copies instead) or the clock
+            if exc.returncode not in (None, 125, 126, 127):
                 # Not tried again by this process (an image without what the command needs would fail every
                 # time); the seed is removed, so a seed pruned from the engine meanwhile is not read as empty.
                 log.warning("database seed %s of %s failed a copy; not used until the service restarts", key,
@@ -180,6 +176,7 @@ class DatabaseSeeds:
                 with self._lock:
                     self._broken.add(key)
                 (self._markers / key).unlink(missing_ok=True)
+                self._quietly(["rm", "--force", holder_name(volume)])  # this failed copy's: it holds the seed
                 self._remove_unpinned(self.volume(key), besides=volume)
             return False
         except BaseException:  # aborted (FlowAborted): the container must not go on writing
@@ -192,6 +189,7 @@ class DatabaseSeeds:
         """Remove a volume created for a copy that failed (and its layer, when it was one); False when it could not
         be removed."""
         layer = self.layer(volume) or layer_volume(volume)
+        self._quietly(["rm", "--force", holder_name(volume)])  # a layered copy's (seed_layers.hold)
         try:
             self._docker(["volume", "rm", "--force", volume], timeout=120)
         except CommandFailed:
@@ -212,13 +210,17 @@ class DatabaseSeeds:
     def _make(self, image: str, image_id: str, key: str, seed: DatabaseSeed) -> None:
         name = self.volume(key)
         started = time.monotonic()
+        made = False  # from here on, what fails removes only what this call made
         try:
-            if pinned(self._docker, name):  # previews are layered on one made before: never replaced under them
-                raise RuntimeError(f"{name} exists, and previews are layered on it")
+            # Previews are layered on one made before (its marker lost): never removed or remade under them
+            if pinned(self._docker, name):
+                log.warning("database seed %s of %s not made: previews are layered on its volume", key, image)
+                return
             self._quietly(["rm", "--force", "--volumes", name])  # a partial seed of an interrupted run
             self._quietly(["volume", "rm", "--force", name])
             labels = {SEED_LABEL: image, OWNER_LABEL: self._env.marker}
             self._docker(["volume", "create", *label_args(labels), name])
+            made = True
             environment = [arg for pair in sorted(seed.environment.items()) for arg in ("--env", "=".join(pair))]
             self._docker(["run", "--detach", "--name", name, "--network", "none", *label_args(labels),
                           "--mount", f"type=volume,source={name},target={seed.path}", *environment, image_id])
@@ -229,15 +231,21 @@ class DatabaseSeeds:
             self._docker(["rm", "--volumes", name])
             self._markers.mkdir(parents=True, exist_ok=True, mode=0o700)
             (self._markers / key).touch()
+            made = False  # ready: copies may be layered on it from now on
             log.info("database seed %s of %s made in %.1fs", key, image, time.monotonic() - started)
-            self._remove_others(image, key)
         except (CommandFailed, RuntimeError, OSError, ValueError) as exc:
             log.warning("database seed of %s could not be made: %s", image, exc)
-            self._quietly(["rm", "--force", "--volumes", name])
-            self._quietly(["volume", "rm", "--force", name])
+            if made:
+                self._quietly(["rm", "--force", "--volumes", name])
+                self._quietly(["volume", "rm", "--force", name])
+            return
         finally:
             with self._lock:
                 self._making.discard(key)
+        try:
+            self._remove_others(image, key)
+        except CommandFailed as exc:
+            log.warning("earlier database seeds of %s not looked for: %s", image, exc)
 
     def _remove_others(self, image: str, key: str) -> None:
         """This service's seeds of an earlier id of the same image (pulled again, or a new recipe): no new preview
@@ -251,18 +259,22 @@ class DatabaseSeeds:
 
     def sweep(self) -> None:
         """Remove this service's seeds no new preview uses (an earlier one of an image, a broken one) once no
-        preview is layered on them; not one being made."""
+        preview is layered on them; each held as being made meanwhile, so that no remake meets the removal."""
         try:
             listed = self._docker(["volume", "ls", "--quiet", "--filter", f"label={SEED_LABEL}",
                                    "--filter", f"label={OWNER_LABEL}={self._env.marker}"]).split()
         except CommandFailed:
             return
-        for name in listed:
-            key = name.removeprefix(self.volume(""))
+        for name, key in ((name, name.removeprefix(self.volume(""))) for name in listed):
             with self._lock:
-                busy = key in self._making
-            if not busy and not (self._markers / key).is_file():
+                if key in self._making or (self._markers / key).is_file():
+                    continue
+                self._making.add(key)
+            try:
                 self._remove_unpinned(name)
+            finally:
+                with self._lock:
+                    self._making.discard(key)
 
     def _remove_unpinned(self, volume: str, besides: str | None = None) -> None:
         """Remove the seed `volume` unless a preview (`besides` that one) is layered on it, or a copy reads it
@@ -274,10 +286,7 @@ class DatabaseSeeds:
             pass
 
     def _quietly(self, argv: list[str]) -> None:
-        try:
-            self._docker(argv, timeout=120)
-        except CommandFailed:
-            pass
+        quietly(self._docker, argv)
 
 
 def copy_container(deployment_id: str) -> str:

@@ -7,15 +7,21 @@ with it."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.plugin_api import CommandFailed, DeploymentLog, HostEnv
+from orchestrator.plugin_api import DEPLOYMENT_LABEL, CommandFailed, DeploymentLog, HostEnv
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
 LAYER_LABEL = "dev.preview-orchestrator.layered-on"  # on an overlay copy of a seed and its layer: the seed's volume
 LAYER_VOLUME_LABEL = "dev.preview-orchestrator.layer"  # on an overlay copy of a seed: the volume of its layer
+NONCE_LABEL = "dev.preview-orchestrator.layer-nonce"  # on a layer volume: proof that this copy created it
+# On a holder (a container created, never started, that mounts a copy's layer and seed, so that the engine counts
+# them in use: `docker volume prune` and `volume rm` leave them): the deployment, and the copy's volume
+HOLDER_LABEL = "dev.preview-orchestrator.holder-of"
+HELD_LABEL = "dev.preview-orchestrator.holds"
 
 Docker = Callable[..., str]
 
@@ -40,14 +46,24 @@ def mountpoint(docker: Docker, volume: str) -> str:
 
 def prepare_layer(docker: Docker, layer: str, labels: dict[str, str], lower: str) -> str:
     """Create the layer volume `layer` with its empty upper and work directories, the upper one owned as the seed's
-    root `lower` is (it is the overlay's root); its mount point. CommandFailed or OSError when it cannot be."""
-    docker(["volume", "create", *[a for pair in labels.items() for a in ("--label", "=".join(pair))], layer])
+    root `lower` is (it is the overlay's root); its mount point. A volume of that name that this call did not create
+    (a nonce label tells: `volume create` of an existing name succeeds) is refused, and the upper directory is changed
+    through a descriptor that follows no link. CommandFailed or OSError when it cannot be."""
+    nonce = uuid.uuid4().hex
+    marked = {**labels, NONCE_LABEL: nonce}
+    docker(["volume", "create", *[a for pair in marked.items() for a in ("--label", "=".join(pair))], layer])
+    if docker(["volume", "inspect", "--format", f'{{{{index .Labels "{NONCE_LABEL}"}}}}', layer]).strip() != nonce:
+        raise OSError(f"{layer} exists and is not this copy's")
     top = Path(mountpoint(docker, layer))
     (top / "upper").mkdir(mode=0o755)
     (top / "work").mkdir(mode=0o700)
     below = os.stat(lower)
-    os.chown(top / "upper", below.st_uid, below.st_gid)
-    os.chmod(top / "upper", below.st_mode & 0o7777)
+    upper = os.open(top / "upper", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(upper, below.st_uid, below.st_gid)
+        os.fchmod(upper, below.st_mode & 0o7777)
+    finally:
+        os.close(upper)
     return str(top)
 
 
@@ -79,7 +95,7 @@ def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
 
 
 def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], DeploymentLog, list[str]], bool],
-                 volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
+                 volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog, holder: str,
                  spare: str | None = None) -> bool:
     """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
     seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
@@ -87,30 +103,66 @@ def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], D
     compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists (`pinned`
     says so). False (nothing left but `spare`) when it cannot be made here — the engine's
     volumes are not this host's files — and the caller copies. `create_marked` creates a volume marked as being
-    copied (DatabaseSeeds)."""
+    copied (DatabaseSeeds); `holder`, the image of the copy's holder (`hold`)."""
     layer = spare or layer_volume(volume)
     own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
     try:
         lower = mountpoint(docker, source)
+        quietly(docker, ["rm", "--force", holder_name(volume)])  # of a copy a reset or failure removed
         if spare is not None:
             top = mountpoint(docker, spare)
         else:
-            _quietly(docker, ["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
+            quietly(docker, ["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
             top = prepare_layer(docker, layer, {**own, LAYER_LABEL: source}, lower)
+        hold(docker, volume, layer, source, holder, labels.get(DEPLOYMENT_LABEL, ""))
     except (CommandFailed, OSError) as exc:
         log_to.note(f"database seed copied, not layered ({exc})")
+        quietly(docker, ["rm", "--force", holder_name(volume)])
         if spare is None:
-            _quietly(docker, ["volume", "rm", "--force", layer])
+            quietly(docker, ["volume", "rm", "--force", layer])
         return False
     if not create_marked(volume, {**labels, LAYER_LABEL: source, LAYER_VOLUME_LABEL: layer}, log_to,
                          overlay_options(lower, top)):
+        quietly(docker, ["rm", "--force", holder_name(volume)])
         if spare is None:
-            _quietly(docker, ["volume", "rm", "--force", layer])
+            quietly(docker, ["volume", "rm", "--force", layer])
         return False
     return True
 
 
-def _quietly(docker: Docker, argv: list[str]) -> None:
+def holder_name(volume: str) -> str:
+    return f"po-hold-{volume}"
+
+
+def hold(docker: Docker, volume: str, layer: str, seed: str, image: str, deployment_id: str) -> None:
+    """Create the holder of the layered copy `volume`: a container never started that mounts its layer and its
+    seed read only. No container mounts them otherwise (the overlay names their directories), so without it the
+    engine would count them unused: `docker volume prune` removed a preview's data and every preview's seed."""
+    docker(["create", "--name", holder_name(volume), "--network", "none", "--label", f"{HOLDER_LABEL}={deployment_id}",
+            "--label", f"{HELD_LABEL}={volume}", "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
+            "--mount", f"type=volume,source={seed},target=/po-seed,readonly", "--entrypoint", "true", image])
+
+
+def release_holders(docker: Docker, selector: str) -> None:
+    """Remove the holders carrying the label `selector` (`key=value`), or every holder whose copy is gone."""
+    listed = docker(["ps", "--all", "--filter", f"label={selector}", "--format",
+                     f'{{{{.Names}}}}\t{{{{.Label "{HELD_LABEL}"}}}}']).splitlines()
+    for line in listed:
+        name, _, volume = line.partition("\t")
+        if selector != HELD_LABEL or not _exists(docker, volume):
+            quietly(docker, ["rm", "--force", name])
+
+
+def _exists(docker: Docker, volume: str) -> bool:
+    """False only when the engine says there is no such volume."""
+    try:
+        docker(["volume", "inspect", "--format", "{{.Name}}", volume])
+    except CommandFailed as exc:
+        return "no such volume" not in exc.output.lower()
+    return True
+
+
+def quietly(docker: Docker, argv: list[str]) -> None:
     try:
         docker(argv, timeout=120)
     except CommandFailed:

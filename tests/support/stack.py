@@ -17,6 +17,7 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL, OWNER_LABEL
 from orchestrator.common.naming import deployment_id, preview_name, preview_segment
 from orchestrator.runtime.data_seeds import DATA_SEED_LABEL
 from orchestrator.runtime.database_seeds import SEED_LABEL
+from orchestrator.runtime.seed_layers import HOLDER_LABEL
 from orchestrator.runtime.seed_spares import SPARE_LABEL
 from tests.support import web
 from tests.support.fake_codehost import FakeCodeHost
@@ -178,6 +179,13 @@ def remove_previews(deployment_ids: list[str], host: str | None = None) -> None:
         return
     wanted = set(deployment_ids)
     images = [image for deployment in wanted for image in built_images(deployment, host)]
+    # The holders of layered copies first (seed_layers.hold: labelled apart, they hold the volumes below)
+    holders = subprocess.run([*docker(host), "ps", "-a", "--filter", f"label={HOLDER_LABEL}", "--format",
+                              f'{{{{.ID}}}} {{{{.Label "{HOLDER_LABEL}"}}}}'],
+                             capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    held = [ident for ident, _, label in (row.partition(" ") for row in holders) if label in wanted]
+    if held:
+        subprocess.run([*docker(host), "rm", "--force", *held], capture_output=True, timeout=120, check=False)
     for listing, field, removal in ((["ps", "-a"], "ID", ["rm", "--force", "--volumes"]),
                                     (["volume", "ls"], "Name", ["volume", "rm", "--force"]),
                                     (["network", "ls"], "ID", ["network", "rm"])):
