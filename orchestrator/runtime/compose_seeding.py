@@ -104,7 +104,7 @@ class ComposeSeeding:
         if self.empty.ready(key):
             empty = self.empty
             layered = seed.layered and self._layering and \
-                empty.create_layer(name, labels, empty.volume(key), log, holder=image_id)
+                empty.create_layer(name, labels, empty.volume(key), log)
             if layered and not empty.ready(key):  # being removed meanwhile: its removal did not see this copy
                 layered = False
                 if not empty.discard_volume(name):
@@ -249,7 +249,7 @@ class ComposeSeeding:
         source = seeds.volume(key)
         spare = self.spares.take(key) if self.spares is not None and seed.layered else None
         try:
-            layered = seed.layered and copies.create_layer(name, labels, source, log, spare=spare, holder=image_id)
+            layered = seed.layered and copies.create_layer(name, labels, source, log, spare=spare)
         finally:
             if spare is not None and self.spares is not None:
                 self.spares.settle(spare)  # named by the overlay volume now; or a failure's, which `sweep` removes

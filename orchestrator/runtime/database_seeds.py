@@ -30,6 +30,7 @@ from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_layers import (
     create_layer,
+    hold,
     holder_name,
     layer_of,
     layer_volume,
@@ -60,8 +61,7 @@ class DatabaseSeeds:
                 control: FlowControl | None = None, stdin: bytes | None = None) -> str:
         return self._engine.command(argv, log_to, timeout, control, stdin)
 
-    def image_id(self, image: str) -> str | None:
-        """The id of `image` on the engine; None when it is not there (yet)."""
+    def image_id(self, image: str) -> str | None:  # None when it is not on the engine (yet)
         try:
             return self._docker(["image", "inspect", "--format", "{{.Id}}", image]).strip()
         except CommandFailed:
@@ -133,13 +133,12 @@ class DatabaseSeeds:
             return False
         return True
 
-    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog, holder: str,
+    def create_layer(self, volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
                      spare: str | None = None) -> bool:
         """`volume` created as an overlay on the seed volume `source` (seed_layers.create_layer)."""
-        return create_layer(self._docker, self._create_marked, volume, labels, source, log_to, holder, spare)
+        return create_layer(self._docker, self._create_marked, volume, labels, source, log_to, spare)
 
-    def layer(self, volume: str) -> str | None:
-        """The layer volume of the overlay copy `volume`, as its label names it (seed_layers.layer_of)."""
+    def layer(self, volume: str) -> str | None:  # of the overlay copy `volume`, as its label names it
         return layer_of(self._docker, volume, spare_prefix(self._env))
 
     def copy(self, volume: str, deployment_id: str, image_id: str, key: str, seed: DatabaseSeed,
@@ -150,6 +149,8 @@ class DatabaseSeeds:
         caller's to report."""
         name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
+            if layered:  # its holder, beside compose creating the containers (seed_layers.hold)
+                hold(self._docker, volume, source or self.volume(key), image_id, deployment_id, log_to)
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none", *BOUNDS,
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
                           "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",
@@ -287,7 +288,6 @@ class DatabaseSeeds:
 
     def _quietly(self, argv: list[str]) -> None:
         quietly(self._docker, argv)
-
 
 def copy_container(deployment_id: str) -> str:
     """The container of a deployment's copy of a seed (labelled with the deployment, so a cleanup removes it)."""

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.plugin_api import DEPLOYMENT_LABEL, CommandFailed, DeploymentLog, HostEnv
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, HostEnv
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
@@ -95,7 +95,7 @@ def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
 
 
 def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], DeploymentLog, list[str]], bool],
-                 volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog, holder: str,
+                 volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
                  spare: str | None = None) -> bool:
     """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
     seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
@@ -103,7 +103,7 @@ def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], D
     compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists (`pinned`
     says so). False (nothing left but `spare`) when it cannot be made here — the engine's
     volumes are not this host's files — and the caller copies. `create_marked` creates a volume marked as being
-    copied (DatabaseSeeds); `holder`, the image of the copy's holder (`hold`)."""
+    copied (DatabaseSeeds). Its holder (`hold`) is made with the copy, off the deploy's path."""
     layer = spare or layer_volume(volume)
     own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
     try:
@@ -114,7 +114,6 @@ def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], D
         else:
             quietly(docker, ["volume", "rm", "--force", layer])  # the layer of a copy a reset or failure removed
             top = prepare_layer(docker, layer, {**own, LAYER_LABEL: source}, lower)
-        hold(docker, volume, layer, source, holder, labels.get(DEPLOYMENT_LABEL, ""))
     except (CommandFailed, OSError) as exc:
         log_to.note(f"database seed copied, not layered ({exc})")
         quietly(docker, ["rm", "--force", holder_name(volume)])
@@ -134,13 +133,20 @@ def holder_name(volume: str) -> str:
     return f"po-hold-{volume}"
 
 
-def hold(docker: Docker, volume: str, layer: str, seed: str, image: str, deployment_id: str) -> None:
+def hold(docker: Docker, volume: str, seed: str, image: str, deployment_id: str, log_to: DeploymentLog) -> None:
     """Create the holder of the layered copy `volume`: a container never started that mounts its layer and its
     seed read only. No container mounts them otherwise (the overlay names their directories), so without it the
-    engine would count them unused: `docker volume prune` removed a preview's data and every preview's seed."""
-    docker(["create", "--name", holder_name(volume), "--network", "none", "--label", f"{HOLDER_LABEL}={deployment_id}",
-            "--label", f"{HELD_LABEL}={volume}", "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
-            "--mount", f"type=volume,source={seed},target=/po-seed,readonly", "--entrypoint", "true", image])
+    engine would count them unused: `docker volume prune` removed a preview's data and every preview's seed. One
+    that cannot be made is said in the deployment log (the copy is no worse than before holders)."""
+    try:
+        layer = docker(["volume", "inspect", "--format", f'{{{{index .Labels "{LAYER_VOLUME_LABEL}"}}}}',
+                        volume]).strip() or layer_volume(volume)
+        docker(["create", "--name", holder_name(volume), "--network", "none", "--label",
+                f"{HOLDER_LABEL}={deployment_id}", "--label", f"{HELD_LABEL}={volume}",
+                "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
+                "--mount", f"type=volume,source={seed},target=/po-seed,readonly", "--entrypoint", "true", image])
+    except CommandFailed as exc:
+        log_to.note(f"{volume}: no holder ({exc.tail(2)}): a prune of the engine's volumes could take its layer")
 
 
 def release_holders(docker: Docker, selector: str) -> None:
