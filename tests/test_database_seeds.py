@@ -180,6 +180,8 @@ def test_a_new_preview_starts_from_the_seed_and_owns_its_copy(stack: Stack) -> N
     # Held (seed_layers.hold): the engine counts the layer and the seed in use, so neither a prune nor `volume rm`
     # takes them from under the preview (no container mounts them but the holder: the overlay names their paths).
     layer = f"{SLUG}-2_db-data-layer"
+    wait_until(lambda: docker("ps", "--all", "--quiet", "--filter", f"name=po-hold-{SLUG}-2_db-data").stdout != "",
+               timeout=30, message="the copy's holder made, once the preview started")
     # (the suite's engine is Docker 20.10: `volume prune` takes named volumes too, as `--all` does from 23.0)
     pruned = docker("volume", "prune", "--force", "--filter", f"label=dev.preview-orchestrator.deployment={SLUG}-2")
     assert pruned.returncode == 0 and layer not in pruned.stdout, pruned.stdout

@@ -84,7 +84,7 @@ class ComposeRuntime(Runtime):
         self._seeding: dict[str, Seeding] = {}
         # its database starts from data that exists, every dependency early (their containers, when known)
         self._initialised: dict[str, list[Container] | None] = {}
-        self._after_start: dict[str, Seeding] = {}  # a seed to make, spares to make, once started
+        self._after_start: dict[str, Seeding] = {}  # a seed, spares, a holder to make once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
@@ -136,7 +136,7 @@ class ComposeRuntime(Runtime):
             seeding = self._seeding.pop(deployment_id, None) or Seeding()
             self._initialised.pop(deployment_id, None)
             self._after_start.pop(deployment_id, None)
-            if seeding.unseeded is not None or seeding.refill is not None:
+            if seeding.unseeded is not None or seeding.refill is not None or seeding.held is not None:
                 self._after_start[deployment_id] = seeding
         services = prebuilt_services(compose_file)
         if seeding.copy is not None:

@@ -26,13 +26,15 @@ from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
 from orchestrator.runtime.data_seeds import FROM_SEED_LABEL, DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds, copy_container, volume_name
 from orchestrator.runtime.failures import failure
-from orchestrator.runtime.seed_layers import COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL, HELD_LABEL, release_holders
-from orchestrator.runtime.seed_spares import SeedSpares
-from orchestrator.runtime.written_compose import (
-    declared_containers,
-    prebuilt_services,
-    seed_volume,
+from orchestrator.runtime.seed_layers import (
+    COMPOSE_PROJECT_LABEL,
+    COMPOSE_VOLUME_LABEL,
+    HELD_LABEL,
+    hold,
+    release_holders,
 )
+from orchestrator.runtime.seed_spares import SeedSpares
+from orchestrator.runtime.written_compose import declared_containers, prebuilt_services, seed_volume
 
 STARTING = "The database and extra services failed to start"
 
@@ -53,6 +55,7 @@ class Seeding:
     copy: SeedCopy | None = None  # a copy of a seed is filling its new volume
     unseeded: tuple[str, str, str, DatabaseSeed] | None = None  # image, its id, key: no seed yet
     refill: tuple[str, str, DatabaseSeed] | None = None  # a layered data seed's key, image id: spares to make
+    held: tuple[str, str, str, str] | None = None  # a layered copy, its seed, image id, deployment: its holder
 
 
 class ComposeSeeding:
@@ -111,7 +114,8 @@ class ComposeSeeding:
                     raise RuntimeFailure(STARTING, f"{name} is layered on a seed being removed and stays")
             if layered or empty.create_volume(name, labels, key, log):
                 return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(
-                    self._copy_empty, name, deployment_id, image_id, key, seed, labels, layered, log, control)))
+                    self._copy_empty, name, deployment_id, image_id, key, seed, labels, layered, log, control)),
+                    held=(name, empty.volume(key), image_id, deployment_id) if layered else None)
         if not self.empty.ready(key):
             return Seeding(unseeded=(image, image_id, key, seed))
         return None
@@ -140,6 +144,8 @@ class ComposeSeeding:
             self.empty.make_in_background(*seeding.unseeded)
         if self.spares is not None and seeding.refill is not None:
             self.spares.refill(*seeding.refill)
+        if seeding.held is not None:
+            self._copier.submit(hold, self.docker.command, *seeding.held)
 
     def sweep(self) -> None:
         """Spares no preview has any more (seed_spares.py), and empty seeds no longer used that no preview is
@@ -277,7 +283,8 @@ class ComposeSeeding:
                 seeds.release(key)
 
         refill = (key, image_id, seed) if seed.layered else None
-        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill)), refill=refill)
+        return Seeding(copy=SeedCopy(name, key, time.monotonic(), self._copier.submit(fill)), refill=refill,
+                       held=(name, source, image_id, deployment_id) if layered else None)
 
     def _image_id(self, copies: DatabaseSeeds, deployment_id: str, compose_file: Path, image: str,
                   log: DeploymentLog, control: FlowControl) -> str:

@@ -30,7 +30,6 @@ from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.seed_containers import BOUNDS, await_ready, error_lines, label_args
 from orchestrator.runtime.seed_layers import (
     create_layer,
-    hold,
     holder_name,
     layer_of,
     layer_volume,
@@ -149,8 +148,6 @@ class DatabaseSeeds:
         caller's to report."""
         name = copy_container(deployment_id)  # named: a client killed by a timeout or an abort leaves it running
         try:
-            if layered:  # its holder, beside compose creating the containers (seed_layers.hold)
-                hold(self._docker, volume, source or self.volume(key), image_id, deployment_id, log_to)
             self._docker(["run", "--rm", "--interactive", "--name", name, "--network", "none", *BOUNDS,
                           "--label", f"{OWNER_LABEL}={self._env.marker}",
                           "--label", f"{DEPLOYMENT_LABEL}={deployment_id}",

@@ -6,12 +6,15 @@ with it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.plugin_api import CommandFailed, DeploymentLog, HostEnv
+
+log = logging.getLogger("orchestrator.runtime.seeds")
 
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_VOLUME_LABEL = "com.docker.compose.volume"
@@ -133,20 +136,22 @@ def holder_name(volume: str) -> str:
     return f"po-hold-{volume}"
 
 
-def hold(docker: Docker, volume: str, seed: str, image: str, deployment_id: str, log_to: DeploymentLog) -> None:
-    """Create the holder of the layered copy `volume`: a container never started that mounts its layer and its
-    seed read only. No container mounts them otherwise (the overlay names their directories), so without it the
-    engine would count them unused: `docker volume prune` removed a preview's data and every preview's seed. One
-    that cannot be made is said in the deployment log (the copy is no worse than before holders)."""
+def hold(docker: Docker, volume: str, seed: str, image: str, deployment_id: str) -> None:
+    """Create the holder of the layered copy `volume` (nothing for a volume that is no overlay: a copy that fell
+    back): a container never started that mounts its layer and its seed read only. No container mounts them
+    otherwise (the overlay names their directories), so without it the engine would count them unused: `docker
+    volume prune` removed a preview's data and every preview's seed. Made once the preview started, off its path."""
     try:
         layer = docker(["volume", "inspect", "--format", f'{{{{index .Labels "{LAYER_VOLUME_LABEL}"}}}}',
-                        volume]).strip() or layer_volume(volume)
-        docker(["create", "--name", holder_name(volume), "--network", "none", "--label",
-                f"{HOLDER_LABEL}={deployment_id}", "--label", f"{HELD_LABEL}={volume}",
-                "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
-                "--mount", f"type=volume,source={seed},target=/po-seed,readonly", "--entrypoint", "true", image])
+                        volume]).strip()
+        if layer:
+            docker(["create", "--name", holder_name(volume), "--network", "none", "--label",
+                    f"{HOLDER_LABEL}={deployment_id}", "--label", f"{HELD_LABEL}={volume}",
+                    "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
+                    "--mount", f"type=volume,source={seed},target=/po-seed,readonly", "--entrypoint", "true", image])
     except CommandFailed as exc:
-        log_to.note(f"{volume}: no holder ({exc.tail(2)}): a prune of the engine's volumes could take its layer")
+        log.warning("%s has no holder (%s): a prune of the engine's volumes could take its layer", volume,
+                    exc.tail(2))
 
 
 def release_holders(docker: Docker, selector: str) -> None:
