@@ -25,7 +25,7 @@ from orchestrator.plugin_api import OWNER_LABEL
 from orchestrator.plugin_api.types import DatabaseSeed
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.seed_catalogue import SeedInfo, free_spares, record_seed, seeds_check
-from orchestrator.runtime.seed_layers import LAYER_VOLUME_LABEL, spare_prefix
+from orchestrator.runtime.seed_layers import HELD_LABEL, HOLDER_LABEL, LAYER_VOLUME_LABEL, release_holders, spare_prefix
 from orchestrator.runtime.seed_spares import SPARE_LABEL, SeedSpares
 from tests.support import web
 from tests.support.git_repos import make_pr_repo
@@ -131,6 +131,23 @@ def test_no_spare_for_a_seed_that_is_not_layered_or_when_spares_are_off(tmp_path
     SeedSpares(env, tmp_path, engine, seeds, count=0).refill(  # type: ignore[arg-type]
         "a" * 20, "sha256:1", seed.model_copy(update={"layered": True}))
     assert not [t for t in __import__("threading").enumerate() if t.name == "seed-spare"]
+
+
+def test_holders_go_with_their_deployment_and_when_their_copy_is_gone() -> None:
+    calls: list[list[str]] = []
+
+    def docker(argv: list[str], **_: object) -> str:
+        calls.append(argv)
+        if argv[0] == "ps":
+            return "po-hold-a_db-data\ta_db-data\npo-hold-b_db-data\tb_db-data\n"
+        return "a_db-data\nc_db-data\n" if argv[:2] == ["volume", "ls"] else ""
+
+    release_holders(docker, HELD_LABEL)  # b's copy is gone: its holder goes, a's stays
+    assert [argv[-1] for argv in calls if argv[0] == "rm"] == ["po-hold-b_db-data"]
+    assert sum(argv[:2] == ["volume", "ls"] for argv in calls) == 1  # one listing, whatever the holders
+    calls.clear()
+    release_holders(docker, f"{HOLDER_LABEL}=a")  # a deployment's removal: all it lists
+    assert [argv[-1] for argv in calls if argv[0] == "rm"] == ["po-hold-a_db-data", "po-hold-b_db-data"]
 
 
 # With the engine ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from orchestrator.runtime.seed_layers import (
     pinned,
     quietly,
     spare_prefix,
+    volume_label,
 )
 
 log = logging.getLogger("orchestrator.runtime.seeds")
@@ -91,7 +92,7 @@ class DatabaseSeeds:
             return False
 
     def label(self, volume: str, name: str = COPY_LABEL) -> str:  # by default the nonce of the copy it was made for
-        return self._docker(["volume", "inspect", "--format", f'{{{{index .Labels "{name}"}}}}', volume]).strip()
+        return volume_label(self._docker, volume, name)
 
     def create_volume(self, volume: str, labels: dict[str, str], key: str, log_to: DeploymentLog,
                       source: str | None = None) -> bool:

@@ -55,7 +55,7 @@ def prepare_layer(docker: Docker, layer: str, labels: dict[str, str], lower: str
     nonce = uuid.uuid4().hex
     marked = {**labels, NONCE_LABEL: nonce}
     docker(["volume", "create", *[a for pair in marked.items() for a in ("--label", "=".join(pair))], layer])
-    if docker(["volume", "inspect", "--format", f'{{{{index .Labels "{NONCE_LABEL}"}}}}', layer]).strip() != nonce:
+    if volume_label(docker, layer, NONCE_LABEL) != nonce:
         raise OSError(f"{layer} exists and is not this copy's")
     top = Path(mountpoint(docker, layer))
     (top / "upper").mkdir(mode=0o755)
@@ -84,12 +84,16 @@ def pinned(docker: Docker, seed_volume: str, besides: str | None = None) -> bool
     return bool(found - {besides, layer_volume(besides)} if besides else found)
 
 
+def volume_label(docker: Docker, volume: str, name: str) -> str:
+    """The volume's label `name`; "" when it has none. CommandFailed when the engine cannot say."""
+    return docker(["volume", "inspect", "--format", f'{{{{index .Labels "{name}"}}}}', volume]).strip()
+
+
 def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
     """The layer volume of the overlay copy `volume` as its label names it, when it is one a layered copy may have
     (its own `-layer`, or one of this service's spares); None for any other volume."""
     try:
-        named = docker(["volume", "inspect", "--format", f'{{{{index .Labels "{LAYER_VOLUME_LABEL}"}}}}',
-                        volume]).strip()
+        named = volume_label(docker, volume, LAYER_VOLUME_LABEL)
     except CommandFailed:
         return None
     if named == layer_volume(volume) or (named.startswith(spare_prefix) and "/" not in named):
@@ -100,13 +104,13 @@ def layer_of(docker: Docker, volume: str, spare_prefix: str) -> str | None:
 def create_layer(docker: Docker, create_marked: Callable[[str, dict[str, str], DeploymentLog, list[str]], bool],
                  volume: str, labels: dict[str, str], source: str, log_to: DeploymentLog,
                  spare: str | None = None) -> bool:
-    """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered, seed_layers.py): the
-    seed's files seen through it, what the preview writes kept in a layer volume — `spare`, one made ahead with
-    the seed's files already in it (seed_spares.py), else a new `<volume>-layer`, labelled like `volume` without
-    compose's labels so that the preview's cleanup removes it. The seed must stay while the copy exists (`pinned`
-    says so). False (nothing left but `spare`) when it cannot be made here — the engine's
-    volumes are not this host's files — and the caller copies. `create_marked` creates a volume marked as being
-    copied (DatabaseSeeds). Its holder (`hold`) is made with the copy, off the deploy's path."""
+    """Create `volume` as an overlay on the seed volume `source` (DatabaseSeed.layered): the seed's files seen
+    through it, what the preview writes kept in a layer volume — `spare`, one made ahead with the seed's files
+    already in it (seed_spares.py), else a new `<volume>-layer`, labelled like `volume` without compose's labels so
+    that the preview's cleanup removes it. The seed must stay while the copy exists (`pinned` says so). False
+    (nothing left but `spare`) when it cannot be made here — the engine's volumes are not this host's files — and
+    the caller copies. `create_marked` creates a volume marked as being copied (DatabaseSeeds). Its holder (`hold`)
+    is made once the preview started, off the deploy's path."""
     layer = spare or layer_volume(volume)
     own = {k: v for k, v in labels.items() if k not in (COMPOSE_PROJECT_LABEL, COMPOSE_VOLUME_LABEL)}
     try:
@@ -142,9 +146,7 @@ def hold(docker: Docker, volume: str, seed: str, image: str, deployment_id: str)
     otherwise (the overlay names their directories), so without it the engine would count them unused: `docker
     volume prune` removed a preview's data and every preview's seed. Made once the preview started, off its path."""
     try:
-        layer = docker(["volume", "inspect", "--format", f'{{{{index .Labels "{LAYER_VOLUME_LABEL}"}}}}',
-                        volume]).strip()
-        if layer:
+        if layer := volume_label(docker, volume, LAYER_VOLUME_LABEL):
             docker(["create", "--name", holder_name(volume), "--network", "none", "--label",
                     f"{HOLDER_LABEL}={deployment_id}", "--label", f"{HELD_LABEL}={volume}",
                     "--mount", f"type=volume,source={layer},target=/po-layer,readonly",
@@ -155,22 +157,15 @@ def hold(docker: Docker, volume: str, seed: str, image: str, deployment_id: str)
 
 
 def release_holders(docker: Docker, selector: str) -> None:
-    """Remove the holders carrying the label `selector` (`key=value`), or every holder whose copy is gone."""
+    """Remove the holders carrying the label `selector` (`key=value`); with HELD_LABEL alone, every holder whose
+    copy is gone (one listing of the volumes, whatever the number of holders)."""
     listed = docker(["ps", "--all", "--filter", f"label={selector}", "--format",
                      f'{{{{.Names}}}}\t{{{{.Label "{HELD_LABEL}"}}}}']).splitlines()
+    volumes = set(docker(["volume", "ls", "--quiet"]).split()) if selector == HELD_LABEL and listed else set()
     for line in listed:
         name, _, volume = line.partition("\t")
-        if selector != HELD_LABEL or not _exists(docker, volume):
+        if selector != HELD_LABEL or volume not in volumes:
             quietly(docker, ["rm", "--force", name])
-
-
-def _exists(docker: Docker, volume: str) -> bool:
-    """False only when the engine says there is no such volume."""
-    try:
-        docker(["volume", "inspect", "--format", "{{.Name}}", volume])
-    except CommandFailed as exc:
-        return "no such volume" not in exc.output.lower()
-    return True
 
 
 def quietly(docker: Docker, argv: list[str]) -> None:
