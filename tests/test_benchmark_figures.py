@@ -83,17 +83,6 @@ SEEDED_ROWS = {
 }
 
 
-@pytest.mark.parametrize(("column", "database"), [(1, "postgres"), (2, "mysql")])
-def test_the_preview_data_table_is_its_run_rounded(column: int, database: str) -> None:
-    seeded = result("seeded-2026-11-27.json")["seeded"][database]
-    rows = {row[0]: row for row in table_after("## Preview data (issue 33)")}
-    assert set(rows) == set(SEEDED_ROWS)
-    for label, figure in SEEDED_ROWS.items():
-        assert shown(figure(seeded), rows[label][column]), (label, rows[label][column], figure(seeded))
-    ratio = re.search(r"\(([0-9.]+) ×\)", rows["new pull request: `running` with the last row there"][column])
-    assert ratio is not None and shown(seeded["targets"]["new_pr_vs_person"], ratio[1])
-
-
 SPARES_ROWS = {
     "a person's restore into a fresh container": lambda s: s["person_restore_s"],
     "first pull request (restores the seed, beside the build)": lambda s: s["first_pr_restore_s"],
@@ -106,11 +95,16 @@ SPARES_ROWS = {
 
 
 @pytest.mark.parametrize(("column", "database"), [(1, "postgres"), (2, "mysql")])
-def test_the_spare_layers_table_is_its_run_rounded(column: int, database: str) -> None:
-    seeded = result("seeded-2026-11-28.json")["seeded"][database]
-    rows = {row[0]: row for row in table_after("### Spare layers: the targets met (2026-11-28)")}
-    assert set(rows) == set(SPARES_ROWS)
-    for label, figure in SPARES_ROWS.items():
+@pytest.mark.parametrize(("name", "heading", "figures"), [
+    ("seeded-2026-11-27.json", "## Preview data (issue 33)", SEEDED_ROWS),
+    ("seeded-2026-11-28.json", "### Spare layers: the targets met (2026-11-28)", SPARES_ROWS),
+])
+def test_the_preview_data_tables_are_their_runs_rounded(column: int, database: str, name: str, heading: str,
+                                                        figures: dict[str, Any]) -> None:
+    seeded = result(name)["seeded"][database]
+    rows = {row[0]: row for row in table_after(heading)}
+    assert set(rows) == set(figures)
+    for label, figure in figures.items():
         assert shown(figure(seeded), rows[label][column]), (label, rows[label][column], figure(seeded))
     ratio = re.search(r"\(([0-9.]+) ×\)", rows["new pull request: `running` with the last row there"][column])
     assert ratio is not None and shown(seeded["targets"]["new_pr_vs_person"], ratio[1])
