@@ -1,6 +1,6 @@
-"""How the compose runtime's app waits for its dependencies. A start leaves it to compose (Docker's schedule of
-the healthchecks); a wake runs the dependencies' healthchecks itself, judging only the containers it waits for
-(the app is still stopped), and a dependency that exits meanwhile fails the wake at once."""
+"""How the compose runtime's app waits for its dependencies. A first start leaves it to compose (Docker's schedule
+of the healthchecks); an update, whose database has its data, and a wake run the dependencies' healthchecks
+themselves, judging only the containers they wait for, and a dependency that exits meanwhile fails them at once."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api import RuntimeFailure
+from orchestrator.plugin_api.types import DatabaseSeed
 from orchestrator.runtime.compose import ComposeRuntime
+from orchestrator.runtime.compose_seeding import Seeding
 from tests.support.standins import STANDIN_OVERRIDES, require_engine
 
 BASE = STANDIN_OVERRIDES["debian:bookworm-slim"]
@@ -65,6 +67,59 @@ def start(runtime: ComposeRuntime, deployment: str, compose_file: Path, log: Dep
     """As a deploy does: the dependencies during the build, then the rest."""
     runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
     runtime.start(deployment, compose_file, log, FlowControl(120))
+
+
+def as_an_update(runtime: ComposeRuntime, monkeypatch: pytest.MonkeyPatch, deployment: str, compose_file: Path,
+                 log: DeploymentLog) -> None:
+    """What `seed_database` finds on an update: the database's volume exists, its data is there."""
+    monkeypatch.setattr(runtime.seeding, "plan", lambda *args, **kwargs: Seeding(existing=True))
+    seed = DatabaseSeed(volume="data", path="/data", environment={}, ready=["true"], command=["true"], script="")
+    runtime.seed_database(deployment, compose_file, seed, log, FlowControl(120))
+
+
+@pytest.mark.docker
+def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build runs while `start_dependencies` does (build_steps.py): an update's wait for its database is done
+    there, and `start` has only the app to start."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        first_app = inspect(deployment, "app")["Id"]
+        as_an_update(runtime, monkeypatch, deployment, compose_file, log)
+        done = len(log.path.read_text())
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        beside_the_build = log.path.read_text()[done:]
+        assert "healthcheck of db passes" in beside_the_build
+        done += len(beside_the_build)
+        runtime.start(deployment, compose_file, log, FlowControl(120))
+        starting = log.path.read_text()[done:]
+        assert "healthcheck" not in starting and "--no-deps app" in starting
+        assert inspect(deployment, "app")["State"]["Running"] and inspect(deployment, "app")["Id"] == first_app
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_database_that_exits_during_an_update_fails_its_start_and_the_app_is_left_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, FAILS_ON_WAKE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        runtime.stop(deployment, log)  # its next start exits with code 3
+        as_an_update(runtime, monkeypatch, deployment, compose_file, log)
+        with pytest.raises(RuntimeFailure) as early:
+            runtime.start_dependencies(deployment, compose_file, log, FlowControl(30))
+        assert early.value.detail == "db exited with code 3"
+        done = len(log.path.read_text())
+        with pytest.raises(RuntimeFailure) as failure:  # the flow logs the early failure and starts: not the app
+            runtime.start(deployment, compose_file, log, FlowControl(30))
+        assert failure.value is early.value and log.path.read_text()[done:] == ""
+        assert not inspect(deployment, "app")["State"]["Running"]
+    finally:
+        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker

@@ -82,8 +82,8 @@ class ComposeRuntime(Runtime):
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
         self._lock = threading.Lock()
         self._seeding: dict[str, Seeding] = {}
-        # its database starts from data that exists, every dependency early (their containers, when known)
-        self._initialised: dict[str, list[Container] | None] = {}
+        # every dependency started early and awaited: healthy (None, `start` starts the app alone), or why not
+        self._ready: dict[str, RuntimeFailure | None] = {}
         self._after_start: dict[str, Seeding] = {}  # a seed, spares, a holder to make once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
@@ -132,26 +132,37 @@ class ComposeRuntime(Runtime):
 
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:
+        """The database and extra services, while the app builds. A database that starts from data that exists — a
+        copy of a seed, or its own volume on an update — is ready in a fraction of a second: its healthchecks are
+        run here too, at once and every READY_PAUSE seconds, beside the build, and `start` only starts the app. Not
+        for a database initialising itself: on a 2-core host those probes take CPU from its first start and were
+        measured slower (docs/benchmarks.md); `start` leaves it to compose and Docker's schedule of the healthcheck."""
         with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
             seeding = self._seeding.pop(deployment_id, None) or Seeding()
-            self._initialised.pop(deployment_id, None)
+            self._ready.pop(deployment_id, None)
             self._after_start.pop(deployment_id, None)
             if seeding.unseeded is not None or seeding.refill is not None or seeding.held is not None:
                 self._after_start[deployment_id] = seeding
         services = prebuilt_services(compose_file)
-        if seeding.copy is not None:
-            copied, declared = self.seeding.start_from_copy(deployment_id, compose_file, services, seeding.copy, log,
-                                                            control)
-            if copied:
-                with self._lock:
-                    self._initialised[deployment_id] = declared
-                return
-        if services:
+        copied, declared = self.seeding.start_from_copy(deployment_id, compose_file, services, seeding.copy, log,
+                                                        control) if seeding.copy is not None else (False, None)
+        if not copied and services:
             with failure("The database and extra services failed to start"):
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
-        if seeding.existing:
+        if not (copied or seeding.existing):
+            return
+        try:
+            with failure("Containers failed to start"):  # looked up when not declared: one may be left over
+                if (dependencies := declared or started_early(self.docker.containers(deployment_id),
+                                                              compose_file)) is None:
+                    return
+                self._await_healthchecks(deployment_id, dependencies, log, control)
+        except RuntimeFailure as exc:  # the deploy fails with it at its start, as it would have waiting there
             with self._lock:
-                self._initialised[deployment_id] = None  # its containers are looked up: one may be left over
+                self._ready[deployment_id] = exc
+            raise
+        with self._lock:
+            self._ready[deployment_id] = None
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
@@ -159,22 +170,17 @@ class ComposeRuntime(Runtime):
         return reset_database(self.docker, self.seeding.copies, deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """`docker compose up`, which starts the app once Docker's schedule of the database's healthcheck says
-        healthy (its first run 2 s after the start). A database that starts from data that exists — a copy of a
-        seed, or its own volume on an update — is ready in a fraction of that: when `start_dependencies` started
-        every dependency, their healthchecks are run at once and every READY_PAUSE seconds, then the app is
-        started alone. Not for a database initialising itself: on a 2-core host those probes take CPU from its
-        first start and were measured slower (docs/benchmarks.md)."""
+        """The app alone when `start_dependencies` saw every dependency healthy; else `docker compose up`, which
+        starts the app once Docker's schedule of the database's healthcheck says healthy (its first run 2 s after the
+        start)."""
         with self._lock:
-            initialised = deployment_id in self._initialised
-            declared = self._initialised.pop(deployment_id, None)
+            ready = deployment_id in self._ready
+            unready = self._ready.pop(deployment_id, None)
             later = self._after_start.pop(deployment_id, None)
+        if unready is not None:
+            raise unready
         with failure("Containers failed to start"):
-            dependencies = declared or (
-                started_early(self.docker.containers(deployment_id), compose_file) if initialised else None)
-            if dependencies is not None:
-                self._await_healthchecks(deployment_id, dependencies, log, control)
-                control.check()
+            if ready:
                 self.compose.up_services(deployment_id, compose_file, ["app"], log, control, no_deps=True)
             else:
                 self.compose.up(deployment_id, compose_file, log, control)
@@ -229,7 +235,7 @@ class ComposeRuntime(Runtime):
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         with self._lock:
-            for state in (self._seeding, self._initialised, self._after_start):
+            for state in (self._seeding, self._ready, self._after_start):
                 state.pop(deployment_id, None)
         try:  # the holders of its layered copies first: they hold volumes removed below (seed_layers.hold)
             release_holders(self.docker.command, f"{HOLDER_LABEL}={deployment_id}")
