@@ -38,7 +38,7 @@ from orchestrator.runtime.written_compose import built_images, prebuilt_services
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
-READY_PAUSE = 0.1  # wake: between two runs of a dependency's healthcheck
+READY_PAUSE = 0.1  # between two runs of a dependency's healthcheck (a wake, an update, a copy)
 LOOK_SECONDS = 1.0  # how often a dependency being awaited is checked for having exited
 READY_TIMEOUT = 120.0
 
@@ -82,8 +82,7 @@ class ComposeRuntime(Runtime):
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
         self._lock = threading.Lock()
         self._seeding: dict[str, Seeding] = {}
-        # every dependency started early and awaited: healthy (None, `start` starts the app alone), or why not
-        self._ready: dict[str, RuntimeFailure | None] = {}
+        self._ready: dict[str, RuntimeFailure | None] = {}  # dependencies awaited early: healthy (None), or why not
         self._after_start: dict[str, Seeding] = {}  # a seed, spares, a holder to make once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
@@ -170,9 +169,8 @@ class ComposeRuntime(Runtime):
         return reset_database(self.docker, self.seeding.copies, deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """The app alone when `start_dependencies` saw every dependency healthy; else `docker compose up`, which
-        starts the app once Docker's schedule of the database's healthcheck says healthy (its first run 2 s after the
-        start)."""
+        """The app alone when `start_dependencies` saw every dependency healthy; else `docker compose up`, whose
+        app waits for Docker's schedule of the database's healthcheck (its first run 2 s after the start)."""
         with self._lock:
             ready = deployment_id in self._ready
             unready = self._ready.pop(deployment_id, None)
@@ -209,9 +207,11 @@ class ComposeRuntime(Runtime):
 
     def _await_healthchecks(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
                             control: FlowControl) -> None:
-        """Until the healthcheck of every container that has one passes; one of them that exits or restarts
-        meanwhile fails at once, with what `problem` says of it."""
-        waiting = [c for c in containers if c.healthcheck]
+        """Until the healthcheck of every container that has one passes (or Docker's did since it started); one that
+        exits or restarts meanwhile fails at once, with what `problem` says of it."""
+        if passed := ", ".join(c.service for c in containers if c.healthcheck and c.healthy):  # nothing to probe
+            log.note(f"{passed}: healthy (Docker's own healthcheck since the last start)")
+        waiting = [c for c in containers if c.healthcheck and not c.healthy]
         checked = ", ".join(c.service for c in waiting)
         started, runs = time.monotonic(), 0
         looked = started - LOOK_SECONDS  # the first round that fails looks

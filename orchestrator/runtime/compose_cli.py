@@ -101,6 +101,9 @@ class Container:
     ident: str
     service: str  # its compose service
     healthcheck: list[str] | None  # the test of its healthcheck (["CMD", ...] or ["CMD-SHELL", "..."]), if any
+    # Running, and Docker's own run of that healthcheck passed since its last start (what compose's
+    # `service_healthy` waits for): a database an update finds running needs no probe of its own.
+    healthy: bool = False
 
 
 class DockerResources:
@@ -133,7 +136,10 @@ class DockerResources:
         found = []
         for service, item in self._inspected(deployment_id):
             test = ((item.get("Config") or {}).get("Healthcheck") or {}).get("Test") or None
-            found.append(Container(str(item.get("Id", "")), service, [str(part) for part in test] if test else None))
+            state = item.get("State") or {}
+            healthy = state.get("Running") is True and (state.get("Health") or {}).get("Status") == "healthy"
+            found.append(Container(str(item.get("Id", "")), service, [str(part) for part in test] if test else None,
+                                   healthy))
         return found
 
     def remove(self, idents: list[str], log: DeploymentLog | None) -> None:
