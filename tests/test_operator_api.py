@@ -19,6 +19,7 @@ from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.common.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
+from orchestrator.runtime.seed_catalogue import SeedInfo, record_seed, warm_pools
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, StoreFile
 from orchestrator.state.store import DeploymentStore
@@ -159,6 +160,36 @@ def test_dashboard_lists_previews_escaped_and_self_contained(client: testing.Tes
 
 def test_dashboard_with_no_previews_says_so(client: testing.TestClient) -> None:
     assert "No previews yet" in client.simulate_get("/").text
+
+
+def test_dashboard_lists_what_the_runtime_keeps_warm_per_repository(settings: Settings, handler: RecordingHandler,
+                                                                    tmp_path: Path) -> None:
+    """The compose runtime's pools (seed_catalogue.warm_pools): each repository's seed and its free spare layers,
+    from the files the seeds leave; a seed's source, written by a pull request's preview-config.yml, escaped."""
+    data, spares = tmp_path / "state" / "database-seeds" / "data", tmp_path / "state" / "database-seeds" / "spares"
+    now = datetime.now(UTC).timestamp()
+    for key, repository, source, used in (("a" * 20, "github/acme/shop", "file <b>seeds/a.sql</b>", now - 2 * 3600),
+                                          ("b" * 20, "gitea/acme/api", "snapshot prod", now - 3 * 3600)):
+        record_seed(data, SeedInfo(key=key, repository=repository, source=source, image="postgres:16",
+                                   size_bytes=300 * 2**20, made_at=used, seconds=4.0, used_at=used))
+        os.utime(data / f"{key}.json", (used, used))
+    spares.mkdir(parents=True)
+    for nonce in ("00000001", "00000002"):  # two free spares of the first seed, none of the second
+        (spares / f"po-spare-0123456789ab-{'a' * 20}-{nonce}").write_text("{}")
+    handler.pools = lambda: warm_pools(tmp_path / "state")  # type: ignore[attr-defined]
+    html = testing.TestClient(create_app(settings, handler)).simulate_get("/dashboard").text
+    table = html.split('<table id="pools"', 1)[1].split("</table>", 1)[0]
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+    assert [row[:4] for row in rows] == [["github/acme/shop", "database seed", "1", "300 MB"],
+                                         ["github/acme/shop", "spare layers", "2", "600 MB"],
+                                         ["gitea/acme/api", "database seed", "1", "300 MB"]]
+    assert rows[0][4] == "2h00m ago" and "file &lt;b&gt;seeds/a.sql&lt;/b&gt;" in table and "<b>" not in table
+    assert f"1.17 GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB" in html
+
+
+def test_dashboard_says_when_nothing_is_kept_warm(client: testing.TestClient) -> None:
+    html = client.simulate_get("/dashboard").text
+    assert '<table id="pools" hidden>' in html and "Nothing kept warm" in html
 
 
 # /metrics ---------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -194,6 +195,12 @@ def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.docker
 @pytest.mark.live
+def kept_warm(page: str) -> list[list[str]]:
+    """The dashboard's "Kept warm" table: repository, what, how many, per row."""
+    table = page.split('<table id="pools"', 1)[1].split("</table>", 1)[0]
+    return [re.findall(r"<td[^>]*>([^<]*)</td>", row)[:3] for row in table.split("<tr>")[2:]]
+
+
 def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Stack) -> None:
     # A restore's commands can make hard links in the data; a spare never copies them (each name would be a copy).
     link = f"ln {postgres.DATA}/PG_VERSION {postgres.DATA}/po-linked"
@@ -211,6 +218,10 @@ def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Sta
                             capture_output=True, text=True, timeout=60,
                             env={**stack.service.env, "PYTHONPATH": str(PROJECT)})
     assert [seed["spares"] for seed in json.loads(listed.stdout)] == [1], listed.stderr
+    # The dashboard lists them too, as the runtime's pools of that repository
+    [seed] = json.loads(listed.stdout)
+    assert kept_warm(web.get(f"{stack.service.url}/dashboard", timeout=10).text) == [
+        [seed["repository"], "database seed", "1"], [seed["repository"], "spare layers", "1"]]
     seed_volume = docker("volume", "inspect", "--format", '{{index .Labels "dev.preview-orchestrator.spare-of"}}',
                          spare).stdout.strip()
     seed_files, upper = files(mountpoint(seed_volume)), files(mountpoint(spare) / "upper")

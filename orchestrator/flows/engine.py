@@ -31,7 +31,7 @@ from orchestrator.flows.reporting import Reporter
 from orchestrator.flows.restart import restarts
 from orchestrator.flows.sleep import SleepFlow
 from orchestrator.observability.metrics import Metrics
-from orchestrator.plugin_api.runtime import Runtime
+from orchestrator.plugin_api.runtime import Runtime, WarmPool
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, DeploymentTaken, PullRequestEvent, check_owner
@@ -118,6 +118,9 @@ class DeployEngine:
 
     def collect_garbage(self) -> bool:
         return self.runtime.collect_garbage()
+
+    def pools(self) -> list[WarmPool]:
+        return self.runtime.pools()
 
     @property
     def garbage_interval_seconds(self) -> float:

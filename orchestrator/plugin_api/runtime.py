@@ -39,6 +39,20 @@ class RuntimeSpec(BaseModel):
     description: str = ""
 
 
+class WarmPool(BaseModel):
+    """Something a runtime keeps ahead of one repository's previews (its database seed, spare layers of it), as the
+    dashboard lists it: kept for that repository only, within the runtime's bound."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repository: str = Field(description="owner/name")
+    kind: str = Field(description="What it is, in a few words: `database seed`, `spare layers`")
+    detail: str = Field(default="", description="Where it came from (a seed's source)")
+    count: int = Field(ge=0)
+    size_bytes: int = Field(ge=0)
+    used_at: float | None = Field(default=None, description="When a preview last used it (seconds since the epoch)")
+
+
 class RuntimeFailure(Exception):
     """A runtime step failed; `detail` is the output that explains it (the last lines of the tool's log)."""
 
@@ -165,6 +179,12 @@ class Runtime:
     def secrets(self) -> list[str]:
         """The secret values this runtime holds (its own settings' passwords): masked in deployment logs. The
         default: none."""
+        return []
+
+    def pools(self) -> list[WarmPool]:
+        """What this runtime keeps warm ahead of previews, per repository (the compose runtime: repositories'
+        database seeds and their spare layers): listed on the dashboard. Reads only what is cheap to read (a page
+        load asks). The default: nothing."""
         return []
 
     def checks(self) -> list[Check]:

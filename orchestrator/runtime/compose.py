@@ -7,7 +7,6 @@ Registered as a built-in plugin (rendering/plugin_host.py, DEFAULT_PLUGINS); it 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from orchestrator.plugin_api import (
     RuntimeFailure,
     RuntimeSpec,
     Settings,
+    WarmPool,
     hookimpl,
 )
 from orchestrator.runtime.compose_cli import Compose, Container, DockerResources
@@ -31,16 +31,15 @@ from orchestrator.runtime.compose_reset import reset_database
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds
+from orchestrator.runtime.dependency_waits import await_healthchecks
 from orchestrator.runtime.failures import failure
+from orchestrator.runtime.seed_catalogue import warm_pools
 from orchestrator.runtime.seed_layers import HOLDER_LABEL, release_holders
 from orchestrator.runtime.seed_spares import SeedSpares
 from orchestrator.runtime.written_compose import built_images, prebuilt_services, started_early
 
 NAME = "compose"
 WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on purpose
-READY_PAUSE = 0.1  # between two runs of a dependency's healthcheck (a wake, an update, a copy)
-LOOK_SECONDS = 1.0  # how often a dependency being awaited is checked for having exited
-READY_TIMEOUT = 120.0
 
 
 @hookimpl(trylast=True)
@@ -125,6 +124,10 @@ class ComposeRuntime(Runtime):
     def garbage_interval_seconds(self) -> float:
         return SEED_EVICTION_SECONDS if self.data_seeds is not None else 0.0
 
+    def pools(self) -> list[WarmPool]:
+        """The repositories' seeds and their free spare layers, from the catalogue's files (no docker call)."""
+        return [] if self.data_seeds is None else warm_pools(self.data_seeds.state_dir)
+
     def checks(self) -> list[Check]:
         """doctor's line of the repositories' seeds this runtime keeps (Runtime's `checks`)."""
         return [] if self.data_seeds is None else [self.data_seeds.check()]
@@ -155,7 +158,7 @@ class ComposeRuntime(Runtime):
                 if (dependencies := declared or started_early(self.docker.containers(deployment_id),
                                                               compose_file)) is None:
                     return
-                self._await_healthchecks(deployment_id, dependencies, log, control)
+                self._await(deployment_id, dependencies, log, control)
         except RuntimeFailure as exc:  # the deploy fails with it at its start, as it would have waiting there
             with self._lock:
                 self._ready[deployment_id] = exc
@@ -201,37 +204,14 @@ class ComposeRuntime(Runtime):
             dependencies = [c for c in containers if c.service != "app"]
             self.docker.start([c.ident for c in dependencies], log)
             control.check()
-            self._await_healthchecks(deployment_id, dependencies, log, control)
+            self._await(deployment_id, dependencies, log, control)
             control.check()
             self.docker.start([c.ident for c in containers if c.service == "app"], log)
 
-    def _await_healthchecks(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
-                            control: FlowControl) -> None:
-        """Until the healthcheck of every container that has one passes (or Docker's did since it started); one that
-        exits or restarts meanwhile fails at once, with what `problem` says of it."""
-        if passed := ", ".join(c.service for c in containers if c.healthcheck and c.healthy):  # nothing to probe
-            log.note(f"{passed}: healthy (Docker's own healthcheck since the last start)")
-        waiting = [c for c in containers if c.healthcheck and not c.healthy]
-        checked = ", ".join(c.service for c in waiting)
-        started, runs = time.monotonic(), 0
-        looked = started - LOOK_SECONDS  # the first round that fails looks
-        while waiting := [c for c in waiting if not self.docker.passes_healthcheck(c, control)]:
-            runs += 1
-            # Every LOOK_SECONDS (inspecting costs as much as a probe), and only the awaited ones: the app
-            # container of a sleeping or failed preview is stopped meanwhile.
-            if time.monotonic() - looked >= LOOK_SECONDS:
-                looked = time.monotonic()
-                if (problem := self.problem(deployment_id, tuple(c.service for c in waiting))) is not None:
-                    raise RuntimeFailure("Containers failed to start", problem)
-            if time.monotonic() - started > READY_TIMEOUT:
-                names = ", ".join(c.service for c in waiting)
-                raise RuntimeFailure("Containers failed to start", f"{names}: not healthy after "
-                                                                    f"{READY_TIMEOUT:.0f}s")
-            control.wait(READY_PAUSE)
-            control.check()
-        if checked:
-            log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
-                     f"{'s' if runs else ''})")
+    def _await(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
+               control: FlowControl) -> None:
+        await_healthchecks(self.docker, lambda services: self.problem(deployment_id, services), containers, log,
+                           control)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         with self._lock:

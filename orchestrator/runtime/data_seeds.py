@@ -48,6 +48,7 @@ class DataSeeds:
                  unused_days: int) -> None:
         self._env = env
         self._engine = docker
+        self.state_dir = state_dir
         self._dir = state_dir / "database-seeds" / "data"
         self._inputs = state_dir / "database-seeds" / "input"
         self.cache_bytes = cache_bytes
@@ -234,11 +235,11 @@ class DataSeeds:
     # -- bounds --------------------------------------------------------------------------------------------------
 
     def listed(self) -> list[SeedInfo]:
-        return listed_seeds(self._dir.parent.parent)
+        return listed_seeds(self.state_dir)
 
     def check(self) -> Check:
         """doctor's line of the seeds kept, their spares and their bound."""
-        return seeds_check(self._dir.parent.parent, self.cache_bytes)
+        return seeds_check(self.state_dir, self.cache_bytes)
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used seeds beyond SEED_CACHE_GB, and any unused for CLEANUP_TTL_DAYS; never

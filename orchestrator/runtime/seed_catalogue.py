@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.plugin_api import Check
+from orchestrator.plugin_api import Check, WarmPool
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ def listed_seeds(state_dir: Path) -> list[SeedInfo]:
     return sorted(found, key=lambda seed: seed.used_at, reverse=True)
 
 
-
-
 def free_spares(state_dir: Path) -> dict[str, int]:
     """How many free spare layers (seed_spares.py) each seed has: a marker `po-spare-<marker>-<key>-<nonce>` each."""
     directory = state_dir / "database-seeds" / "spares"
@@ -63,6 +61,20 @@ def free_spares(state_dir: Path) -> dict[str, int]:
         if len(parts) == 5 and parts[:2] == ["po", "spare"]:
             counts[parts[3]] = counts.get(parts[3], 0) + 1
     return counts
+
+
+def warm_pools(state_dir: Path) -> list[WarmPool]:
+    """Each repository's seed and its free spare layers (counted at the seed's size, as `seeds` does), most recently
+    used first: what the dashboard lists."""
+    spares = free_spares(state_dir)
+    pools = []
+    for seed in listed_seeds(state_dir):
+        pools.append(WarmPool(repository=seed.repository, kind="database seed", detail=seed.source, count=1,
+                              size_bytes=seed.size_bytes, used_at=seed.used_at))
+        if count := spares.get(seed.key, 0):
+            pools.append(WarmPool(repository=seed.repository, kind="spare layers", detail="of that seed, made ahead",
+                                  count=count, size_bytes=seed.size_bytes * count))
+    return pools
 
 
 def seeds_check(state_dir: Path, cache_bytes: int) -> Check:

@@ -1,13 +1,15 @@
 """GET / and /dashboard: every preview on one page, rendered with Jinja2, no external assets.
 
-The page refreshes its previews from `GET /api/previews` (see the template's script) and shows the newest
-deliveries of the delivery log as of its load. Autoescaping is on: the
-branch names and error messages shown come from pull requests.
+The page refreshes its previews from `GET /api/previews` (see the template's script) and shows, as of its load,
+the newest deliveries of the delivery log and what the runtime keeps warm for each repository (its `pools`: the
+compose runtime's database seeds and their spare layers). Autoescaping is on: the branch names and error messages
+shown come from pull requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import jinja2
@@ -16,6 +18,7 @@ from importlib_resources import files
 
 from orchestrator.common.humanize import age
 from orchestrator.events.delivery_log import DeliveryLog
+from orchestrator.plugin_api import WarmPool
 from orchestrator.state.store import DeploymentStore
 
 RECENT_DELIVERIES = 20
@@ -29,14 +32,19 @@ def _template() -> jinja2.Template:
 
 
 class DashboardResource:
-    def __init__(self, store: DeploymentStore, deliveries: DeliveryLog) -> None:
+    def __init__(self, store: DeploymentStore, deliveries: DeliveryLog,
+                 pools: Callable[[], list[WarmPool]] = list, pool_bound_gb: float = 0.0) -> None:
         self._store = store
         self._deliveries = deliveries
+        self._pools = pools
+        self._pool_bound_gb = pool_bound_gb  # SEED_CACHE_GB: what seeds and spares may take together
         self._template = _template()
 
     async def on_get(self, req: Request, resp: Response) -> None:
         data = await asyncio.to_thread(self._store.read)
         deliveries = await asyncio.to_thread(self._deliveries.list, limit=RECENT_DELIVERIES)
+        pools = [(pool, None if pool.used_at is None else datetime.fromtimestamp(pool.used_at, UTC))
+                 for pool in await asyncio.to_thread(self._pools)]
         previews = sorted(data.deployments.values(), key=lambda r: (r.repoOwner + r.repoName, r.prNumber))
         now = datetime.now(UTC)
         resp.content_type = "text/html; charset=utf-8"
@@ -45,4 +53,5 @@ class DashboardResource:
         resp.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
                         "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
         resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now,
-                                          deliveries=deliveries)
+                                          deliveries=deliveries, bound_gb=self._pool_bound_gb,
+                                          pools=pools, pooled_gb=sum(pool.size_bytes for pool, _ in pools) / 2**30)
