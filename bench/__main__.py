@@ -113,6 +113,8 @@ def report(results: dict[str, Any]) -> str:
                            ["memory all asleep, MiB", d["memory_asleep_mib"]],
                            ["running containers asleep", d["running_containers_asleep"]],
                            ["wake, Go page, s (median)", d["wake_go_s"]["median"]],
+                           [f"wake, Go page, s (p95 of {len(d['wake_go_s']['runs'])})",
+                            d["wake_go_s"].get("p95", float("nan"))],
                            ["wake, Go page, s (max)", d["wake_go_s"]["max"]],
                            ["wake, PostgreSQL page, s", d["wake_postgres_s"]],
                            ["all removed, s", d["all_removed_s"]], ["memory after, MiB", d["memory_after_mib"]]]))

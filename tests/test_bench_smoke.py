@@ -88,6 +88,7 @@ def test_density_benchmark_runs(tmp_path: Path) -> None:
     assert density["previews"] == 2 and density["all_running_s"] > 0
     assert density["running_containers_asleep"] == 0 and density["memory_asleep_mib"] > 0  # the previews' own
     [wake] = density["wake_go_s"]["runs"]  # the Go preview woken, the PostgreSQL one apart
+    assert density["wake_go_s"]["p95"] == wake == density["wake_go_s"]["max"]
     assert 0 < wake and 0 < density["wake_postgres_s"]
 
 
