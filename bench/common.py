@@ -29,6 +29,8 @@ class Budget:
     concurrency_prs: int = 10
     concurrency_builds: tuple[int, ...] = (1, 2, 4)
     sleep_repeats: int = 5
+    # issue 35's first pull request with a base preview (bench/prebuilt.py); nestjs's install npm packages
+    prebuilt_scenarios: tuple[str, ...] = ("go", "nestjs", "nestjs-deps")
     density_previews: int = 500  # issue 35's figure
     density_wakes: int = 20  # sleeping Go previews woken one after the other: the p95 of their first requests
     density_idle_seconds: float = 60.0
@@ -46,8 +48,9 @@ class Budget:
 SMOKE = Budget(ack_rates=(20,), ack_seconds=1.0, ack_connections=2, saturation_connections=(2,),
                saturation_requests=20, scale_sizes=(10,), scale_requests=5, preview_repeats=1,
                concurrency_prs=2, concurrency_builds=(2,), sleep_repeats=1, density_previews=2, density_wakes=1,
-               density_idle_seconds=3.0, prune_engine_caches=False, reconcile_repositories=3, reconcile_pulls=3,
-               delivery_log_entries=100, seeded_rows=2000, seeded_databases=("postgres",))
+               prebuilt_scenarios=("go",), density_idle_seconds=3.0, prune_engine_caches=False,
+               reconcile_repositories=3, reconcile_pulls=3, delivery_log_entries=100, seeded_rows=2000,
+               seeded_databases=("postgres",))
 
 
 @contextmanager
