@@ -193,14 +193,14 @@ def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     stop_stack(started)
 
 
-@pytest.mark.docker
-@pytest.mark.live
 def kept_warm(page: str) -> list[list[str]]:
     """The dashboard's "Kept warm" table: repository, what, how many, per row."""
     table = page.split('<table id="pools"', 1)[1].split("</table>", 1)[0]
     return [re.findall(r"<td[^>]*>([^<]*)</td>", row)[:3] for row in table.split("<tr>")[2:]]
 
 
+@pytest.mark.docker
+@pytest.mark.live
 def test_previews_and_resets_start_on_spares_holding_the_seed_s_files(stack: Stack) -> None:
     # A restore's commands can make hard links in the data; a spare never copies them (each name would be a copy).
     link = f"ln {postgres.DATA}/PG_VERSION {postgres.DATA}/po-linked"
