@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -97,8 +99,8 @@ def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alon
         assert "healthcheck of db passes" not in beside_the_build
         done += len(beside_the_build)
         runtime.start(deployment, compose_file, log, FlowControl(120))
-        starting = log.path.read_text()[done:]
-        assert "healthcheck" not in starting and "--no-deps app" in starting
+        starting = log.path.read_text()[done:]  # looked at again, healthy by Docker's word: not probed
+        assert "db: healthy" in starting and "healthcheck of db passes" not in starting and "--no-deps app" in starting
         assert inspect(deployment, "app")["State"]["Running"] and inspect(deployment, "app")["Id"] == first_app
     finally:
         runtime.remove(deployment, compose_file)
@@ -116,11 +118,58 @@ def test_a_database_that_exits_during_an_update_fails_its_start_and_the_app_is_l
         with pytest.raises(RuntimeFailure) as early:
             runtime.start_dependencies(deployment, compose_file, log, FlowControl(30))
         assert early.value.detail == "db exited with code 3"
-        done = len(log.path.read_text())
         with pytest.raises(RuntimeFailure) as failure:  # the flow logs the early failure and starts: not the app
             runtime.start(deployment, compose_file, log, FlowControl(30))
-        assert failure.value is early.value and log.path.read_text()[done:] == ""
+        assert failure.value.detail == "db exited with code 3"
         assert not inspect(deployment, "app")["State"]["Running"]
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_database_that_goes_during_the_build_is_seen_by_the_start(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Healthy beside the build, gone when the build is done: `start` looks again and does not start the app."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
+    try:
+        start(runtime, deployment, compose_file, log)
+        runtime.stop(deployment, log)
+        as_an_update(runtime, monkeypatch, deployment, compose_file, log)
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))  # healthy again
+        subprocess.run(["docker", "kill", inspect(deployment, "db")["Id"]], check=True, capture_output=True,
+                       timeout=60)  # meanwhile: killed (out of memory, say)
+        with pytest.raises(RuntimeFailure) as failure:
+            runtime.start(deployment, compose_file, log, FlowControl(30))
+        assert failure.value.detail == "db exited with code 137"
+        assert not inspect(deployment, "app")["State"]["Running"]
+    finally:
+        runtime.remove(deployment, compose_file)
+
+
+@pytest.mark.docker
+def test_a_build_that_fails_ends_the_wait_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dependency that never becomes healthy does not hold a failed build's deploy for READY_TIMEOUT."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, {
+        "command": ["sleep", "600"], "healthcheck": {"test": ["CMD", "false"], "interval": "60s"}})
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nRUN exit 3\n")
+    services = yaml.safe_load(compose_file.read_text())["services"]
+    services["app"]["build"] = {"context": str(tmp_path)}
+    services["app"]["image"] = f"po-test-failing-{deployment}"
+    write(compose_file, services)
+    try:
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))  # db created, not awaited
+        as_an_update(runtime, monkeypatch, deployment, compose_file, log)
+        with ThreadPoolExecutor(1) as pool:
+            began = time.monotonic()
+            waiting = pool.submit(runtime.start_dependencies, deployment, compose_file, log, FlowControl(300))
+            time.sleep(1)
+            with pytest.raises(RuntimeFailure, match="Docker build failed"):
+                runtime.build(deployment, compose_file, log, FlowControl(300))
+            waiting.result(timeout=60)
+            assert time.monotonic() - began < 60  # READY_TIMEOUT is 120 s
+        assert "db: no longer awaited (the build failed)" in log.path.read_text()
     finally:
         runtime.remove(deployment, compose_file)
 

@@ -192,6 +192,19 @@ def test_dashboard_says_when_nothing_is_kept_warm(client: testing.TestClient) ->
     assert '<table id="pools" hidden>' in html and "Nothing kept warm" in html
 
 
+def test_dashboard_without_the_runtime_s_pools_still_lists_the_previews(settings: Settings, handler: RecordingHandler,
+                                                                        store: DeploymentStore) -> None:
+    put(store, 3)
+
+    def broken() -> list[object]:
+        raise OSError("the state directory could not be read")
+
+    handler.pools = broken  # type: ignore[attr-defined]
+    page = testing.TestClient(create_app(settings, handler)).simulate_get("/dashboard")
+    assert page.status_code == 200 and 'data-id="codertocat-hello-world-3"' in page.text
+    assert "What is kept warm could not be listed" in page.text
+
+
 # /metrics ---------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ Registered as a built-in plugin (rendering/plugin_host.py, DEFAULT_PLUGINS); it 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,15 +82,21 @@ class ComposeRuntime(Runtime):
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
         self._lock = threading.Lock()
         self._seeding: dict[str, Seeding] = {}
-        self._ready: dict[str, RuntimeFailure | None] = {}  # dependencies awaited early: healthy (None), or why not
+        self._initialised: set[str] = set()  # its dependencies start from data that exists: awaited, app alone
+        self._build_failed: set[str] = set()  # an early wait beside a build that failed gives up
         self._after_start: dict[str, Seeding] = {}  # a seed, spares, a holder to make once started
 
     def read(self, compose_file: Path, deployment_id: str) -> dict[str, Any]:
         return self.compose.normalized(compose_file, deployment_id)
 
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        with failure("Docker build failed"):
-            self.compose.build(deployment_id, compose_file, log, control)
+        try:
+            with failure("Docker build failed"):
+                self.compose.build(deployment_id, compose_file, log, control)
+        except BaseException:
+            with self._lock:
+                self._build_failed.add(deployment_id)
+            raise
 
     def has_images(self, deployment_id: str, compose_file: Path) -> bool:
         """Every service the file builds has its image (`po-build/…`, named by the renderer) on the engine."""
@@ -108,6 +115,8 @@ class ComposeRuntime(Runtime):
     def seed_database(self, deployment_id: str, compose_file: Path, seed: DatabaseSeed, log: DeploymentLog,
                       control: FlowControl, data: DataSeed | None = None) -> None:
         """Before `start_dependencies`: a new deployment's database volume made from a seed (compose_seeding.py)."""
+        with self._lock:  # nothing of an earlier deploy, should `plan` fail and `start_dependencies` not run
+            self._initialised.discard(deployment_id)
         seeding = self.seeding.plan(deployment_id, compose_file, seed, log, control, data)
         if seeding is not None:
             with self._lock:
@@ -136,12 +145,14 @@ class ComposeRuntime(Runtime):
                            control: FlowControl) -> None:
         """The database and extra services, while the app builds. A database that starts from data that exists — a
         copy of a seed, or its own volume on an update — is ready in a fraction of a second: its healthchecks are
-        run here too, at once and every READY_PAUSE seconds, beside the build, and `start` only starts the app. Not
-        for a database initialising itself: on a 2-core host those probes take CPU from its first start and were
-        measured slower (docs/benchmarks.md); `start` leaves it to compose and Docker's schedule of the healthcheck."""
+        run here, at once and every READY_PAUSE seconds, beside the build (a build that fails ends the wait), so that
+        `start` mostly finds them healthy and starts the app alone. Not for a database initialising itself: on a
+        2-core host those probes take CPU from its first start and were measured slower (docs/benchmarks.md);
+        `start` leaves it to compose and Docker's schedule of the healthcheck."""
         with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
             seeding = self._seeding.pop(deployment_id, None) or Seeding()
-            self._ready.pop(deployment_id, None)
+            self._initialised.discard(deployment_id)
+            self._build_failed.discard(deployment_id)
             self._after_start.pop(deployment_id, None)
             if seeding.unseeded is not None or seeding.refill is not None or seeding.held is not None:
                 self._after_start[deployment_id] = seeding
@@ -153,18 +164,13 @@ class ComposeRuntime(Runtime):
                 self.compose.up_services(deployment_id, compose_file, services, log, control)
         if not (copied or seeding.existing):
             return
-        try:
-            with failure("Containers failed to start"):  # looked up when not declared: one may be left over
-                if (dependencies := declared or started_early(self.docker.containers(deployment_id),
-                                                              compose_file)) is None:
-                    return
-                self._await(deployment_id, dependencies, log, control)
-        except RuntimeFailure as exc:  # the deploy fails with it at its start, as it would have waiting there
-            with self._lock:
-                self._ready[deployment_id] = exc
-            raise
         with self._lock:
-            self._ready[deployment_id] = None
+            self._initialised.add(deployment_id)
+        with failure("Containers failed to start"):  # looked up when not declared: one may be left over
+            if (dependencies := declared or started_early(self.docker.containers(deployment_id),
+                                                          compose_file)) is not None:
+                self._await(deployment_id, dependencies, log, control,
+                            give_up=lambda: deployment_id in self._build_failed)
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
@@ -172,16 +178,19 @@ class ComposeRuntime(Runtime):
         return reset_database(self.docker, self.seeding.copies, deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """The app alone when `start_dependencies` saw every dependency healthy; else `docker compose up`, whose
-        app waits for Docker's schedule of the database's healthcheck (its first run 2 s after the start)."""
+        """When the dependencies start from data that exists: they are looked at again (one may have gone during the
+        build; those Docker's healthcheck finds healthy need no probe) and awaited, then the app started alone. Else
+        `docker compose up`, whose app waits for Docker's schedule of the database's healthcheck (its first run 2 s
+        after the start)."""
         with self._lock:
-            ready = deployment_id in self._ready
-            unready = self._ready.pop(deployment_id, None)
+            initialised = deployment_id in self._initialised
+            self._initialised.discard(deployment_id)
             later = self._after_start.pop(deployment_id, None)
-        if unready is not None:
-            raise unready
         with failure("Containers failed to start"):
-            if ready:
+            dependencies = started_early(self.docker.containers(deployment_id), compose_file) if initialised else None
+            if dependencies is not None:
+                self._await(deployment_id, dependencies, log, control)
+                control.check()
                 self.compose.up_services(deployment_id, compose_file, ["app"], log, control, no_deps=True)
             else:
                 self.compose.up(deployment_id, compose_file, log, control)
@@ -208,15 +217,17 @@ class ComposeRuntime(Runtime):
             control.check()
             self.docker.start([c.ident for c in containers if c.service == "app"], log)
 
-    def _await(self, deployment_id: str, containers: list[Container], log: DeploymentLog,
-               control: FlowControl) -> None:
+    def _await(self, deployment_id: str, containers: list[Container], log: DeploymentLog, control: FlowControl,
+               give_up: Callable[[], bool] = lambda: False) -> None:
         await_healthchecks(self.docker, lambda services: self.problem(deployment_id, services), containers, log,
-                           control)
+                           control, give_up)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         with self._lock:
-            for state in (self._seeding, self._ready, self._after_start):
+            for state in (self._seeding, self._after_start):
                 state.pop(deployment_id, None)
+            self._initialised.discard(deployment_id)
+            self._build_failed.discard(deployment_id)
         try:  # the holders of its layered copies first: they hold volumes removed below (seed_layers.hold)
             release_holders(self.docker.command, f"{HOLDER_LABEL}={deployment_id}")
         except CommandFailed:

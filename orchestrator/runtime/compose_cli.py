@@ -101,8 +101,9 @@ class Container:
     ident: str
     service: str  # its compose service
     healthcheck: list[str] | None  # the test of its healthcheck (["CMD", ...] or ["CMD-SHELL", "..."]), if any
-    # Running, and Docker's own run of that healthcheck passed since its last start (what compose's
-    # `service_healthy` waits for): a database an update finds running needs no probe of its own.
+    # Running, and Docker's health status "healthy": its healthcheck passed since the last start and has not failed
+    # `retries` times in a row since (what compose's `service_healthy` waits for). A database an update finds
+    # running needs no probe of its own.
     healthy: bool = False
 
 

@@ -56,8 +56,12 @@ def free_spares(state_dir: Path) -> dict[str, int]:
     """How many free spare layers (seed_spares.py) each seed has: a marker `po-spare-<marker>-<key>-<nonce>` each."""
     directory = state_dir / "database-seeds" / "spares"
     counts: dict[str, int] = {}
-    for marker in directory.iterdir() if directory.is_dir() else []:
-        parts = marker.name.split("-")
+    try:
+        names = [marker.name for marker in directory.iterdir()]
+    except FileNotFoundError:  # none made yet
+        return counts
+    for name in names:
+        parts = name.split("-")
         if len(parts) == 5 and parts[:2] == ["po", "spare"]:
             counts[parts[3]] = counts.get(parts[3], 0) + 1
     return counts
@@ -65,15 +69,18 @@ def free_spares(state_dir: Path) -> dict[str, int]:
 
 def warm_pools(state_dir: Path) -> list[WarmPool]:
     """Each repository's seed and its free spare layers (counted at the seed's size, as `seeds` does), most recently
-    used first: what the dashboard lists."""
+    used first: what the dashboard lists. A marker that does not make a pool is left out."""
     spares = free_spares(state_dir)
     pools = []
     for seed in listed_seeds(state_dir):
-        pools.append(WarmPool(repository=seed.repository, kind="database seed", detail=seed.source, count=1,
-                              size_bytes=seed.size_bytes, used_at=seed.used_at))
-        if count := spares.get(seed.key, 0):
-            pools.append(WarmPool(repository=seed.repository, kind="spare layers", detail="of that seed, made ahead",
-                                  count=count, size_bytes=seed.size_bytes * count))
+        try:
+            pools.append(WarmPool(repository=seed.repository, kind="database seed", detail=seed.source, count=1,
+                                  size_bytes=seed.size_bytes, used_at=seed.used_at))
+            if count := spares.get(seed.key, 0):
+                pools.append(WarmPool(repository=seed.repository, kind="spare layers", count=count,
+                                      detail="of that seed, made ahead", size_bytes=seed.size_bytes * count))
+        except ValueError:
+            continue
     return pools
 
 

@@ -9,6 +9,7 @@ shown come from pull requests.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -22,6 +23,7 @@ from orchestrator.plugin_api import WarmPool
 from orchestrator.state.store import DeploymentStore
 
 RECENT_DELIVERIES = 20
+log = logging.getLogger(__name__)
 
 
 def _template() -> jinja2.Template:
@@ -40,11 +42,19 @@ class DashboardResource:
         self._pool_bound_gb = pool_bound_gb  # SEED_CACHE_GB: what seeds and spares may take together
         self._template = _template()
 
+    def _listed_pools(self) -> list[tuple[WarmPool, datetime | None]] | None:
+        """Each pool with when it was last used; None when the runtime could not say (the page shows the rest)."""
+        try:
+            return [(pool, None if pool.used_at is None else datetime.fromtimestamp(pool.used_at, UTC))
+                    for pool in self._pools()]
+        except Exception:  # a runtime plugin's own code, or a file it reads: never the whole page
+            log.exception("the runtime's pools could not be listed for the dashboard")
+            return None
+
     async def on_get(self, req: Request, resp: Response) -> None:
         data = await asyncio.to_thread(self._store.read)
         deliveries = await asyncio.to_thread(self._deliveries.list, limit=RECENT_DELIVERIES)
-        pools = [(pool, None if pool.used_at is None else datetime.fromtimestamp(pool.used_at, UTC))
-                 for pool in await asyncio.to_thread(self._pools)]
+        pools = await asyncio.to_thread(self._listed_pools)
         previews = sorted(data.deployments.values(), key=lambda r: (r.repoOwner + r.repoName, r.prNumber))
         now = datetime.now(UTC)
         resp.content_type = "text/html; charset=utf-8"
@@ -54,4 +64,5 @@ class DashboardResource:
                         "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:")
         resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now,
                                           deliveries=deliveries, bound_gb=self._pool_bound_gb,
-                                          pools=pools, pooled_gb=sum(pool.size_bytes for pool, _ in pools) / 2**30)
+                                          pools=pools,
+                                          pooled_gb=sum(pool.size_bytes for pool, _ in pools or []) / 2**30)
