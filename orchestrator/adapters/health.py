@@ -13,7 +13,8 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.tls import shared_context
 
 WATCH_SECONDS = 1.0  # between probes, the containers are looked at this often
-FIRST_GAP = 0.25  # probes start this close together and double up to the interval: apps answer in ~1 s
+FIRST_GAP = 0.25  # probes start this close together, then double up to the interval
+CLOSE_SECONDS = 2.0  # probes stay FIRST_GAP apart this long: most apps answer within it (a NestJS app in ~1.2 s)
 
 
 class AppStopped(Exception):
@@ -22,23 +23,25 @@ class AppStopped(Exception):
 
 def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl,
                  watch: Callable[[], str | None] | None = None, first_gap: float = FIRST_GAP) -> bool:
-    """Probe at once, then after 0.25 s, 0.5 s, 1 s, ... doubling up to every `interval` seconds, and once more
-    when `timeout` is reached; only 200 is healthy (a redirect or a 204 from a catch-all is not the app answering
-    its health path). `interval` is the ceiling of the spec's "every 5 seconds": an app that is up is seen
-    within a quarter of a second, not up to five seconds later.
+    """Probe at once, then every `first_gap` (0.25 s) for CLOSE_SECONDS, then at gaps doubling up to every
+    `interval` seconds, and once more when `timeout` is reached; only 200 is healthy (a redirect or a 204 from a
+    catch-all is not the app answering its health path). `interval` is the ceiling of the spec's "every 5
+    seconds": an app that comes up in its first two seconds is seen within a quarter of a second.
 
     `first_gap`: the first pause (a waking preview is probed closer together: a request waits for it).
 
-    `watch` says why the preview cannot come up (an app that exited), or None; it is asked before every
-    probe and every WATCH_SECONDS in between, and its answer ends the wait at once with AppStopped."""
+    `watch` says why the preview cannot come up (an app that exited), or None; it is asked before a probe and
+    between probes, every WATCH_SECONDS at most (it is a docker call), and its answer ends the wait at once with
+    AppStopped."""
     started = time.monotonic()
     attempt = 0
-    gap, planned = min(first_gap, interval), 0.0
+    gap, planned, looked = min(first_gap, interval), 0.0, -WATCH_SECONDS
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False, verify=shared_context()) as client:
         while True:
             control.check()
-            if attempt:  # the first probe goes at once: an app that answers needs no look at its containers
-                _look(watch, log)
+            # The first probe goes at once: an app that answers needs no look at its containers.
+            if attempt and time.monotonic() - looked >= WATCH_SECONDS:
+                looked = _look(watch, log)
             attempt += 1
             try:
                 status = client.get(url).status_code
@@ -52,17 +55,20 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
                 return False
             # The next probe after a growing gap, the last one exactly at `timeout`.
             planned = min(planned + gap, timeout)
-            gap = min(gap * 2, interval)
+            if planned >= CLOSE_SECONDS:
+                gap = min(gap * 2, interval)
             next_probe = started + planned
             while (left := next_probe - time.monotonic()) > 0:
                 control.wait(min(left, WATCH_SECONDS) if watch else left)
                 control.check()  # cancelled or out of time: wait() returned early
                 if watch and next_probe - time.monotonic() > 0.05:
-                    _look(watch, log)
+                    looked = _look(watch, log)
 
 
-def _look(watch: Callable[[], str | None] | None, log: DeploymentLog) -> None:
+def _look(watch: Callable[[], str | None] | None, log: DeploymentLog) -> float:
+    """AppStopped when `watch` says why the app cannot come up; else when it looked."""
     problem = watch() if watch else None
     if problem:
         log.note(f"health wait ended: {problem}")
         raise AppStopped(problem)
+    return time.monotonic()
