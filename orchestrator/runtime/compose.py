@@ -7,6 +7,7 @@ Registered as a built-in plugin (rendering/plugin_host.py, DEFAULT_PLUGINS); it 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from orchestrator.runtime.compose_reset import reset_database
 from orchestrator.runtime.compose_seeding import ComposeSeeding, Seeding
 from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds
-from orchestrator.runtime.dependency_waits import await_healthchecks
+from orchestrator.runtime.dependency_waits import LOOK_SECONDS, await_healthchecks
 from orchestrator.runtime.failures import failure
 from orchestrator.runtime.seed_catalogue import warm_pools
 from orchestrator.runtime.seed_layers import HOLDER_LABEL, release_holders
@@ -82,7 +83,8 @@ class ComposeRuntime(Runtime):
         # and by remove, so nothing of a deploy that failed on the way reaches the next one.
         self._lock = threading.Lock()
         self._seeding: dict[str, Seeding] = {}
-        self._initialised: set[str] = set()  # its dependencies start from data that exists: awaited, app alone
+        # its dependencies start from data that exists: the app starts alone once they pass, when they last did
+        self._initialised: dict[str, float | None] = {}
         self._build_failed: set[str] = set()  # an early wait beside a build that failed gives up
         self._after_start: dict[str, Seeding] = {}  # a seed, spares, a holder to make once started
 
@@ -116,7 +118,7 @@ class ComposeRuntime(Runtime):
                       control: FlowControl, data: DataSeed | None = None) -> None:
         """Before `start_dependencies`: a new deployment's database volume made from a seed (compose_seeding.py)."""
         with self._lock:  # nothing of an earlier deploy, should `plan` fail and `start_dependencies` not run
-            self._initialised.discard(deployment_id)
+            self._initialised.pop(deployment_id, None)
         seeding = self.seeding.plan(deployment_id, compose_file, seed, log, control, data)
         if seeding is not None:
             with self._lock:
@@ -151,7 +153,7 @@ class ComposeRuntime(Runtime):
         `start` leaves it to compose and Docker's schedule of the healthcheck."""
         with self._lock:  # what seed_database found just before, in this thread; nothing of an earlier deploy
             seeding = self._seeding.pop(deployment_id, None) or Seeding()
-            self._initialised.discard(deployment_id)
+            self._initialised.pop(deployment_id, None)
             self._build_failed.discard(deployment_id)
             self._after_start.pop(deployment_id, None)
             if seeding.unseeded is not None or seeding.refill is not None or seeding.held is not None:
@@ -165,12 +167,14 @@ class ComposeRuntime(Runtime):
         if not (copied or seeding.existing):
             return
         with self._lock:
-            self._initialised.add(deployment_id)
+            self._initialised[deployment_id] = None
         with failure("Containers failed to start"):  # looked up when not declared: one may be left over
             if (dependencies := declared or started_early(self.docker.containers(deployment_id),
-                                                          compose_file)) is not None:
-                self._await(deployment_id, dependencies, log, control,
-                            give_up=lambda: deployment_id in self._build_failed)
+                                                          compose_file)) is not None and \
+                    self._await(deployment_id, dependencies, log, control,
+                                give_up=lambda: deployment_id in self._build_failed):
+                with self._lock:
+                    self._initialised[deployment_id] = time.monotonic()
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
@@ -178,16 +182,20 @@ class ComposeRuntime(Runtime):
         return reset_database(self.docker, self.seeding.copies, deployment_id, compose_file, log)
 
     def start(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
-        """When the dependencies start from data that exists: they are looked at again (one may have gone during the
-        build; those Docker's healthcheck finds healthy need no probe) and awaited, then the app started alone. Else
-        `docker compose up`, whose app waits for Docker's schedule of the database's healthcheck (its first run 2 s
-        after the start)."""
+        """When the dependencies start from data that exists: the app started alone once they pass — as they did
+        beside the build less than LOOK_SECONDS ago, else looked at again (one may have gone during a long build;
+        those Docker's healthcheck finds healthy need no probe) and awaited. Else `docker compose up`, whose app
+        waits for Docker's schedule of the database's healthcheck (its first run 2 s after the start)."""
         with self._lock:
             initialised = deployment_id in self._initialised
-            self._initialised.discard(deployment_id)
+            passed = self._initialised.pop(deployment_id, None)
             later = self._after_start.pop(deployment_id, None)
         with failure("Containers failed to start"):
-            dependencies = started_early(self.docker.containers(deployment_id), compose_file) if initialised else None
+            if passed is not None and time.monotonic() - passed < LOOK_SECONDS:  # as fresh as a look now would be
+                dependencies: list[Container] | None = []
+            else:
+                dependencies = started_early(self.docker.containers(deployment_id), compose_file) \
+                    if initialised else None
             if dependencies is not None:
                 self._await(deployment_id, dependencies, log, control)
                 control.check()
@@ -218,15 +226,15 @@ class ComposeRuntime(Runtime):
             self.docker.start([c.ident for c in containers if c.service == "app"], log)
 
     def _await(self, deployment_id: str, containers: list[Container], log: DeploymentLog, control: FlowControl,
-               give_up: Callable[[], bool] = lambda: False) -> None:
-        await_healthchecks(self.docker, lambda services: self.problem(deployment_id, services), containers, log,
+               give_up: Callable[[], bool] = lambda: False) -> bool:
+        return await_healthchecks(self.docker, lambda services: self.problem(deployment_id, services), containers, log,
                            control, give_up)
 
     def remove(self, deployment_id: str, compose_file: Path | None) -> list[str]:
         with self._lock:
             for state in (self._seeding, self._after_start):
                 state.pop(deployment_id, None)
-            self._initialised.discard(deployment_id)
+            self._initialised.pop(deployment_id, None)
             self._build_failed.discard(deployment_id)
         try:  # the holders of its layered copies first: they hold volumes removed below (seed_layers.hold)
             release_holders(self.docker.command, f"{HOLDER_LABEL}={deployment_id}")

@@ -18,10 +18,10 @@ READY_TIMEOUT = 120.0
 
 def await_healthchecks(docker: DockerResources, problem: Callable[[tuple[str, ...]], str | None],
                        containers: list[Container], log: DeploymentLog, control: FlowControl,
-                       give_up: Callable[[], bool] = lambda: False) -> None:
+                       give_up: Callable[[], bool] = lambda: False) -> bool:
     """Until the healthcheck of every container that has one passes (or Docker says it is healthy); one that exits
     or restarts meanwhile fails at once, with what `problem` says of the services still awaited. `give_up`: the
-    wait ends quietly once it says so (a wait beside a build that failed)."""
+    wait ends quietly once it says so (a wait beside a build that failed): False."""
     if passed := ", ".join(c.service for c in containers if c.healthcheck and c.healthy):  # nothing to probe
         log.note(f"{passed}: healthy (Docker's own healthcheck since the last start)")
     waiting = [c for c in containers if c.healthcheck and not c.healthy]
@@ -43,7 +43,8 @@ def await_healthchecks(docker: DockerResources, problem: Callable[[tuple[str, ..
         control.check()
         if give_up():
             log.note(f"{', '.join(c.service for c in waiting)}: no longer awaited (the build failed)")
-            return
+            return False
     if checked:
         log.note(f"healthcheck of {checked} passes ({time.monotonic() - started:.2f}s, {runs + 1} round"
                  f"{'s' if runs else ''})")
+    return True
