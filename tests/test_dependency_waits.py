@@ -103,6 +103,16 @@ def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alon
         starting = log.path.read_text()[done:]  # they passed a moment ago: not looked at again
         assert "healthcheck" not in starting and "db: healthy" not in starting and "--no-deps app" in starting
         assert inspect(deployment, "app")["State"]["Running"] and inspect(deployment, "app")["Id"] == first_app
+
+        # After a build longer than a look's age: looked at again, healthy by Docker's word, the app started alone
+        as_an_update(runtime, monkeypatch, deployment, compose_file, log)
+        runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
+        time.sleep(LOOK_SECONDS)
+        done = len(log.path.read_text())
+        runtime.start(deployment, compose_file, log, FlowControl(120))
+        starting = log.path.read_text()[done:]
+        assert "db: healthy" in starting and "healthcheck of db passes" not in starting and "--no-deps app" in starting
+        assert inspect(deployment, "app")["State"]["Running"]
     finally:
         runtime.remove(deployment, compose_file)
 

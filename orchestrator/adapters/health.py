@@ -14,7 +14,7 @@ from orchestrator.common.tls import shared_context
 
 WATCH_SECONDS = 1.0  # between probes, the containers are looked at this often
 FIRST_GAP = 0.25  # probes start this close together, then double up to the interval
-CLOSE_SECONDS = 2.0  # probes stay FIRST_GAP apart this long: most apps answer within it (a NestJS app in ~1.2 s)
+CLOSE_PROBES = 8  # probes stay `first_gap` apart this many times (2 s by default): most apps answer within it
 
 
 class AppStopped(Exception):
@@ -23,19 +23,20 @@ class AppStopped(Exception):
 
 def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl,
                  watch: Callable[[], str | None] | None = None, first_gap: float = FIRST_GAP) -> bool:
-    """Probe at once, then every `first_gap` (0.25 s) for CLOSE_SECONDS, then at gaps doubling up to every
-    `interval` seconds, and once more when `timeout` is reached; only 200 is healthy (a redirect or a 204 from a
-    catch-all is not the app answering its health path). `interval` is the ceiling of the spec's "every 5
-    seconds": an app that comes up in its first two seconds is seen within a quarter of a second.
+    """Probe at once, then every `first_gap` (0.25 s) CLOSE_PROBES times (two seconds; a NestJS app answers in
+    ~1.2 s), then at gaps doubling up to every `interval` seconds, and once more when `timeout` is reached; only
+    200 is healthy (a redirect or a 204 from a catch-all is not the app answering its health path). `interval` is
+    the ceiling of the spec's "every 5 seconds": an app that comes up in its first two seconds is seen within a
+    quarter of a second.
 
-    `first_gap`: the first pause (a waking preview is probed closer together: a request waits for it).
+    `first_gap`: the first pause (a waking preview is probed closer together, 8 times 0.05 s: a request waits).
 
     `watch` says why the preview cannot come up (an app that exited), or None; it is asked before a probe and
-    between probes, every WATCH_SECONDS at most (it is a docker call), and its answer ends the wait at once with
+    between probes once a second (WATCH_SECONDS: it is a docker call), and its answer ends the wait at once with
     AppStopped."""
     started = time.monotonic()
     attempt = 0
-    gap, planned, looked = min(first_gap, interval), 0.0, -WATCH_SECONDS
+    gap, planned, looked = min(first_gap, interval), 0.0, started - WATCH_SECONDS
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False, verify=shared_context()) as client:
         while True:
             control.check()
@@ -55,20 +56,23 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
                 return False
             # The next probe after a growing gap, the last one exactly at `timeout`.
             planned = min(planned + gap, timeout)
-            if planned >= CLOSE_SECONDS:
+            if attempt >= CLOSE_PROBES:
                 gap = min(gap * 2, interval)
             next_probe = started + planned
-            while (left := next_probe - time.monotonic()) > 0:
-                control.wait(min(left, WATCH_SECONDS) if watch else left)
-                control.check()  # cancelled or out of time: wait() returned early
-                if watch and next_probe - time.monotonic() > 0.05:
+            while (left := next_probe - time.monotonic()) > 0:  # looking between probes once a look is due
+                due = looked + WATCH_SECONDS - time.monotonic()
+                if watch and due <= 0 and left > 0.05:
                     looked = _look(watch, log)
+                    continue
+                control.wait(min(left, due) if watch and due > 0 else left)
+                control.check()  # cancelled or out of time: wait() returned early
 
 
 def _look(watch: Callable[[], str | None] | None, log: DeploymentLog) -> float:
-    """AppStopped when `watch` says why the app cannot come up; else when it looked."""
+    """AppStopped when `watch` says why the app cannot come up; else when it began to look."""
+    began = time.monotonic()
     problem = watch() if watch else None
     if problem:
         log.note(f"health wait ended: {problem}")
         raise AppStopped(problem)
-    return time.monotonic()
+    return began

@@ -78,9 +78,8 @@ class ComposeRuntime(Runtime):
         self.data_seeds = data_seeds
         self.seeding = ComposeSeeding(self.compose, self.docker, seeds, seeds if empty_seeds else None, data_seeds,
                                       spares)
-        # Per deployment (one deploy of a deployment runs at a time). seed_database -> start_dependencies (the same
-        # thread, one after the other); start_dependencies -> start, each cleared by the next start_dependencies
-        # and by remove, so nothing of a deploy that failed on the way reaches the next one.
+        # Per deployment (one deploy of it at a time): seed_database -> start_dependencies (one thread) -> start, each
+        # cleared by the next deploy and by remove, so nothing of a deploy that failed reaches the next one.
         self._lock = threading.Lock()
         self._seeding: dict[str, Seeding] = {}
         # its dependencies start from data that exists: the app starts alone once they pass, when they last did
@@ -119,6 +118,7 @@ class ComposeRuntime(Runtime):
         """Before `start_dependencies`: a new deployment's database volume made from a seed (compose_seeding.py)."""
         with self._lock:  # nothing of an earlier deploy, should `plan` fail and `start_dependencies` not run
             self._initialised.pop(deployment_id, None)
+            self._after_start.pop(deployment_id, None)
         seeding = self.seeding.plan(deployment_id, compose_file, seed, log, control, data)
         if seeding is not None:
             with self._lock:
@@ -168,13 +168,14 @@ class ComposeRuntime(Runtime):
             return
         with self._lock:
             self._initialised[deployment_id] = None
+        looked = time.monotonic()  # the oldest evidence of the wait: one may pass, then go while another is awaited
         with failure("Containers failed to start"):  # looked up when not declared: one may be left over
             if (dependencies := declared or started_early(self.docker.containers(deployment_id),
                                                           compose_file)) is not None and \
                     self._await(deployment_id, dependencies, log, control,
                                 give_up=lambda: deployment_id in self._build_failed):
                 with self._lock:
-                    self._initialised[deployment_id] = time.monotonic()
+                    self._initialised[deployment_id] = looked
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """`/preview reset-db`: the `db` service's volumes and the containers of `db` and `app` removed
