@@ -50,6 +50,25 @@ def test_prisma_and_the_build_script_are_run_when_the_project_has_them(tmp_path:
 
 
 @pytest.mark.uses("nestjs")
+@pytest.mark.parametrize(("files", "own_stage"), [
+    ({"package.json": "{}", "package-lock.json": "{}"}, True),
+    ({"package.json": "{}", "pnpm-lock.yaml": ""}, True),
+    ({"package.json": "{}", "yarn.lock": ""}, True),
+    ({"package.json": "{}", "yarn.lock": "", ".yarnrc.yml": ""}, False),  # Plug'n'Play keeps no node_modules
+    ({"package.json": '{"dependencies": {"@prisma/client": "5"}}', "package-lock.json": "{}",
+      "prisma/schema.prisma": ""}, False),  # prisma generate writes into node_modules after the source is copied
+])
+def test_production_dependencies_get_a_stage_of_their_own_where_nothing_writes_into_them_later(
+        host: PluginHost, tmp_path: Path, files: dict[str, str], own_stage: bool) -> None:
+    repo = project(tmp_path / "r", files)
+    assert node_build(repo).production_stage is own_stage
+    text = host.hook.po_dockerfile(framework="nestjs", config=PreviewConfig.model_validate(config_for("nestjs")),
+                                   context=make_context("acme", "plan", 1, 8001, 9001, b"k"), project=repo)
+    runtime = text.rsplit("\nFROM ", 1)[1]
+    assert ("COPY --from=production-dependencies" in runtime) is own_stage
+    assert ("COPY --from=build --chown=node:node /app /app" in runtime) is not own_stage
+
+@pytest.mark.uses("nestjs")
 @pytest.mark.parametrize(("entrypoint", "command"), [
     ("dist/main", "node dist/main"), ("./dist/main.js", "node ./dist/main.js"), ("server.mjs", "node server.mjs"),
     ("node dist/main.js", "node dist/main.js"), ("npm run start:prod", "npm run start:prod"),

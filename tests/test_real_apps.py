@@ -10,6 +10,7 @@ All deploy at once (MAX_CONCURRENT_BUILDS=3), as pull requests of a busy reposit
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -174,6 +175,13 @@ def test_every_real_app_survives_a_push_with_its_data(stack: Stack, repos: dict[
         stack.wait_page(app.pr, f"{app.name} says: commit B\n" if app.name != "python-django"
                         else "python-django says: commit B; static collected: True\n")
         assert notes(stack, app) == [f"first note of {app.name}"]  # the database kept its data
+    if nestjs := named(apps, "nestjs-typeorm"):
+        # a change of code neither prunes nor copies the production dependencies again: their stage is cached
+        log = stack.logs(nestjs.pr)
+        steps = list(re.finditer(r"(#\d+) \[(?:\S+ )?production-dependencies", log))
+        assert steps, log[-3000:]
+        step = steps[-1]  # the push's build
+        assert f"{step.group(1)} CACHED" in log[step.end():], log[step.start():][:3000]
 
 
 def test_every_real_app_is_removed_on_close(stack: Stack, repos: dict[str, PullRequestRepo], apps: list[App]) -> None:

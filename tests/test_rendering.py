@@ -149,8 +149,10 @@ def test_dockerfiles_run_as_non_root_and_use_the_entrypoint(host: PluginHost, tm
         assert "php artisan serve" in cmd and "${PORT}" in cmd and "./start" not in cmd  # entrypoint unused
     else:
         assert cmd == 'CMD ["/bin/sh", "-c", "exec ./start --flag \\"quoted\\""]'
-    if framework != "python":
-        assert text.count("FROM ") == 2  # multi-stage: the toolchain stays out of the runtime image
+    if framework != "python":  # multi-stage: the runtime stage starts from an image, not from a build stage
+        froms = [line.split() for line in text.splitlines() if line.startswith("FROM ")]
+        stages = {words[3] for words in froms if len(words) == 4 and words[2] == "AS"}
+        assert len(froms) >= 2 and len(froms[-1]) == 2 and froms[-1][1] not in stages, froms
 
 
 def test_repository_dockerfile_and_dockerfile_path_are_used(host: PluginHost, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The lockfile decides the package manager (package-lock.json → `npm ci`, yarn.lock → yarn, pnpm-lock.yaml →
 pnpm through corepack, none → `npm install`); `npm run build` runs when package.json has a build script,
 `prisma generate` when the project uses Prisma; development dependencies are pruned for the runtime stage,
-which runs as the image's `node` user.
+which runs as the image's `node` user. The pruned dependencies get a stage of their own, keyed by the manifests
+alone, so that a change of code reuses them (`NodeBuild.production_stage`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ class NodeBuild:
     corepack: bool
     prisma: bool
     build: bool
+
+    @property
+    def production_stage(self) -> bool:
+        """Prune in a stage of its own, unless Prisma writes its client into `node_modules` after the source is
+        copied, or Yarn 2+ may keep the packages outside `node_modules` (Plug'n'Play): those prune after the build."""
+        return not self.prisma and ".yarnrc.yml" not in self.lockfiles
 
 
 def node_build(project: ProjectFiles) -> NodeBuild:
