@@ -8,7 +8,9 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,22 @@ def project(tmp_path: Path, db: dict[str, object]) -> tuple[ComposeRuntime, str,
     })
     return (ComposeRuntime(120, HostEnv.for_state_dir(tmp_path)), deployment, compose_file,
             DeploymentLog(tmp_path / "deploy.log"))
+
+
+@contextmanager
+def composed(tmp_path: Path, db: dict[str, object], started: bool = False,
+             stopped: bool = False) -> Iterator[tuple[ComposeRuntime, str, Path, DeploymentLog]]:
+    """The project (`started` as a deploy starts it, and `stopped` after), removed from the engine at the end."""
+    require_engine()
+    runtime, deployment, compose_file, log = project(tmp_path, db)
+    try:
+        if started or stopped:
+            start(runtime, deployment, compose_file, log)
+        if stopped:
+            runtime.stop(deployment, log)
+        yield runtime, deployment, compose_file, log
+    finally:
+        runtime.remove(deployment, compose_file)
 
 
 def inspect(deployment: str, service: str) -> dict:
@@ -86,10 +104,7 @@ def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alon
     """The build runs while `start_dependencies` does (build_steps.py): an update's wait for its database is done
     there, and `start` has only the app to start. A database Docker's healthcheck found healthy since it started
     needs no probe of its own."""
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
-    try:
-        start(runtime, deployment, compose_file, log)
+    with composed(tmp_path, SLOW_DATABASE, started=True) as (runtime, deployment, compose_file, log):
         first_app = inspect(deployment, "app")["Id"]
         as_an_update(runtime, monkeypatch, deployment, compose_file, log)
         done = len(log.path.read_text())
@@ -113,18 +128,13 @@ def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alon
         starting = log.path.read_text()[done:]
         assert "db: healthy" in starting and "healthcheck of db passes" not in starting and "--no-deps app" in starting
         assert inspect(deployment, "app")["State"]["Running"]
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_database_that_exits_during_an_update_fails_its_start_and_the_app_is_left_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, FAILS_ON_WAKE)
-    try:
-        start(runtime, deployment, compose_file, log)
-        runtime.stop(deployment, log)  # its next start exits with code 3
+    with composed(tmp_path, FAILS_ON_WAKE, stopped=True) as (runtime, deployment, compose_file, log):
+        # its next start exits with code 3
         as_an_update(runtime, monkeypatch, deployment, compose_file, log)
         with pytest.raises(RuntimeFailure) as early:
             runtime.start_dependencies(deployment, compose_file, log, FlowControl(30))
@@ -133,19 +143,13 @@ def test_a_database_that_exits_during_an_update_fails_its_start_and_the_app_is_l
             runtime.start(deployment, compose_file, log, FlowControl(30))
         assert failure.value.detail == "db exited with code 3"
         assert not inspect(deployment, "app")["State"]["Running"]
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_database_that_goes_during_the_build_is_seen_by_the_start(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Healthy beside the build, gone when the build is done: `start` looks again and does not start the app."""
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
-    try:
-        start(runtime, deployment, compose_file, log)
-        runtime.stop(deployment, log)
+    with composed(tmp_path, SLOW_DATABASE, stopped=True) as (runtime, deployment, compose_file, log):
         as_an_update(runtime, monkeypatch, deployment, compose_file, log)
         runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))  # healthy again
         subprocess.run(["docker", "kill", inspect(deployment, "db")["Id"]], check=True, capture_output=True,
@@ -155,22 +159,18 @@ def test_a_database_that_goes_during_the_build_is_seen_by_the_start(tmp_path: Pa
             runtime.start(deployment, compose_file, log, FlowControl(30))
         assert failure.value.detail == "db exited with code 137"
         assert not inspect(deployment, "app")["State"]["Running"]
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_build_that_fails_ends_the_wait_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dependency that never becomes healthy does not hold a failed build's deploy for READY_TIMEOUT."""
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, {
-        "command": ["sleep", "600"], "healthcheck": {"test": ["CMD", "false"], "interval": "60s"}})
-    (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nRUN exit 3\n")
-    services = yaml.safe_load(compose_file.read_text())["services"]
-    services["app"]["build"] = {"context": str(tmp_path)}
-    services["app"]["image"] = f"po-test-failing-{deployment}"
-    write(compose_file, services)
-    try:
+    never_healthy = {"command": ["sleep", "600"], "healthcheck": {"test": ["CMD", "false"], "interval": "60s"}}
+    with composed(tmp_path, never_healthy) as (runtime, deployment, compose_file, log):
+        (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nRUN exit 3\n")
+        services = yaml.safe_load(compose_file.read_text())["services"]
+        services["app"]["build"] = {"context": str(tmp_path)}
+        services["app"]["image"] = f"po-test-failing-{deployment}"
+        write(compose_file, services)
         runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))  # db created, not awaited
         as_an_update(runtime, monkeypatch, deployment, compose_file, log)
         with ThreadPoolExecutor(1) as pool:
@@ -182,69 +182,47 @@ def test_a_build_that_fails_ends_the_wait_beside_it(tmp_path: Path, monkeypatch:
             waiting.result(timeout=60)
             assert time.monotonic() - began < 60  # READY_TIMEOUT is 120 s
         assert "db: no longer awaited (the build failed)" in log.path.read_text()
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_wake_waits_for_the_database_while_the_app_container_is_still_stopped(tmp_path: Path) -> None:
     """The app of a sleeping preview is stopped (exited) until the database is healthy: only the awaited
     containers are judged meanwhile."""
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, SLOW_DATABASE)
-    try:
-        start(runtime, deployment, compose_file, log)
-        runtime.stop(deployment, log)
+    with composed(tmp_path, SLOW_DATABASE, stopped=True) as (runtime, deployment, compose_file, log):
         assert not inspect(deployment, "app")["State"]["Running"]
         runtime.wake(deployment, compose_file, log, FlowControl(120))
         assert inspect(deployment, "app")["State"]["Running"]
         # the wake ran the database's healthcheck until it passed, more than once
         assert "rounds" in log.path.read_text().rsplit("healthcheck of db passes", 1)[1].splitlines()[0]
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_dependency_that_exits_during_a_wake_fails_it_with_its_exit_code(tmp_path: Path) -> None:
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, FAILS_ON_WAKE)
-    try:
-        start(runtime, deployment, compose_file, log)
-        runtime.stop(deployment, log)
+    with composed(tmp_path, FAILS_ON_WAKE, stopped=True) as (runtime, deployment, compose_file, log):
         with pytest.raises(RuntimeFailure) as failure:  # within seconds, not after the 120 s wait for health
             runtime.wake(deployment, compose_file, log, FlowControl(30))
         assert failure.value.detail == "db exited with code 3"
         assert not inspect(deployment, "app")["State"]["Running"]
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_without_a_healthcheck_a_service_healthy_wait_is_left_to_compose(tmp_path: Path) -> None:
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, {"command": ["sleep", "600"]})
-    try:
+    with composed(tmp_path, {"command": ["sleep", "600"]}) as (runtime, deployment, compose_file, log):
         runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
         with pytest.raises(RuntimeFailure) as failure:
             runtime.start(deployment, compose_file, log, FlowControl(120))
         assert "healthcheck" in failure.value.detail.lower()  # compose's own word for it
-    finally:
-        runtime.remove(deployment, compose_file)
 
 
 @pytest.mark.docker
 def test_a_dependency_that_exits_while_the_app_waits_fails_the_start_with_its_exit_code(tmp_path: Path) -> None:
-    require_engine()
-    runtime, deployment, compose_file, log = project(tmp_path, {
+    with composed(tmp_path, {
         "command": ["sh", "-c", "sleep 1; exit 3"],
         "healthcheck": {"test": ["CMD", "false"], "interval": "60s"},
-    })
-    try:
+    }) as (runtime, deployment, compose_file, log):
         runtime.start_dependencies(deployment, compose_file, log, FlowControl(120))
         with pytest.raises(RuntimeFailure) as failure:
             runtime.start(deployment, compose_file, log, FlowControl(120))
         assert failure.value.message == "Containers failed to start"
         assert "db" in failure.value.detail and "3" in failure.value.detail
         assert runtime.docker.container_states(deployment).get("app", {}).get("Running") is not True
-    finally:
-        runtime.remove(deployment, compose_file)

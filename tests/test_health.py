@@ -108,6 +108,18 @@ def test_the_first_probe_goes_before_any_look_at_the_containers(app, tmp_path: P
     assert looks and looks[0] < seen[-1]  # not up at once: watched between the probes as before
 
 
+def test_a_wake_looks_at_its_containers_only_after_first_look(app, tmp_path: Path) -> None:  # noqa: ANN001
+    """A wake started the containers itself a moment ago: its first look waits `first_look`, then once a second."""
+    url, seen, _ = app
+    looks: list[float] = []
+    started = time.monotonic()
+    assert not wait_healthy(url, 0.4, 2.6, DeploymentLog(tmp_path / "log"), FlowControl(60), first_gap=0.05,
+                            first_look=1.0, watch=lambda: looks.append(time.monotonic()))  # type: ignore[func-returns-value]
+    offsets = [at - started for at in looks]
+    assert 2 <= len(offsets) <= 3 and offsets[0] >= 0.98, offsets
+    assert all(b - a >= 0.98 for a, b in zip(offsets, offsets[1:], strict=False)), offsets
+    assert len([at for at in seen if at - started < 0.98]) >= 8  # probed meanwhile, close together
+
 def test_health_waits_and_code_host_clients_share_one_tls_context(app, tmp_path: Path,  # noqa: ANN001
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Building a TLS context loads the CA bundle (~20 ms of CPU): a deploy's health wait, a code host's client and

@@ -22,7 +22,8 @@ class AppStopped(Exception):
 
 
 def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, control: FlowControl,
-                 watch: Callable[[], str | None] | None = None, first_gap: float = FIRST_GAP) -> bool:
+                 watch: Callable[[], str | None] | None = None, first_gap: float = FIRST_GAP,
+                 first_look: float = 0.0) -> bool:
     """Probe at once, then every `first_gap` (0.25 s) CLOSE_PROBES times (two seconds; a NestJS app answers in
     ~1.2 s), then at gaps doubling up to every `interval` seconds, and once more when `timeout` is reached; only
     200 is healthy (a redirect or a 204 from a catch-all is not the app answering its health path). `interval` is
@@ -32,11 +33,11 @@ def wait_healthy(url: str, interval: float, timeout: float, log: DeploymentLog, 
     `first_gap`: the first pause (a waking preview is probed closer together, 8 times 0.05 s: a request waits).
 
     `watch` says why the preview cannot come up (an app that exited), or None; it is asked before a probe and
-    between probes once a second (WATCH_SECONDS: it is a docker call), and its answer ends the wait at once with
-    AppStopped."""
+    between probes once a second (WATCH_SECONDS: it is a docker call), not before `first_look` seconds (a wake's
+    containers were just started by the flow itself), and its answer ends the wait at once with AppStopped."""
     started = time.monotonic()
     attempt = 0
-    gap, planned, looked = min(first_gap, interval), 0.0, started - WATCH_SECONDS
+    gap, planned, looked = min(first_gap, interval), 0.0, started - WATCH_SECONDS + first_look
     with httpx.Client(timeout=min(interval, 10.0) + 1.0, follow_redirects=False, verify=shared_context()) as client:
         while True:
             control.check()

@@ -90,25 +90,24 @@ def seeds(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from orchestrator.common.text_table import format_table, printable
-    from orchestrator.runtime.seed_catalogue import free_spares, listed_seeds
+    from orchestrator.runtime.seed_catalogue import kept_seeds
 
     settings, _ = service_settings_or_exit()
-    found = listed_seeds(settings.state_dir)
-    spares = free_spares(settings.state_dir)
+    found = kept_seeds(settings.state_dir)
     if args.json:
-        print(json.dumps([{"key": s.key, "repository": s.repository, "source": s.source, "image": s.image,
-                           "sizeBytes": s.size_bytes, "restoreSeconds": s.seconds, "spares": spares.get(s.key, 0),
-                           "madeAt": datetime.fromtimestamp(s.made_at, UTC).isoformat(),
-                           "lastUsedAt": datetime.fromtimestamp(s.used_at, UTC).isoformat()} for s in found]))
+        print(json.dumps([{"key": k.seed.key, "repository": k.seed.repository, "source": k.seed.source,
+                           "image": k.seed.image, "sizeBytes": k.seed.size_bytes, "restoreSeconds": k.seed.seconds,
+                           "spares": k.spares, "madeAt": datetime.fromtimestamp(k.seed.made_at, UTC).isoformat(),
+                           "lastUsedAt": datetime.fromtimestamp(k.seed.used_at, UTC).isoformat()} for k in found]))
         return 0
 
     def when(stamp: float) -> str:
         return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M")
 
     rows = [["SEED", "SIZE", "SPARES", "RESTORED IN", "LAST USED", "REPOSITORY", "SOURCE"]]
-    rows += [[s.key, f"{s.size_bytes / 2**20:.0f} MB", str(spares.get(s.key, 0)), f"{s.seconds:.1f} s", when(s.used_at),
-              printable(s.repository), printable(s.source)] for s in found]
-    total = sum(s.size_bytes * (1 + spares.get(s.key, 0)) for s in found)  # a spare holds a copy of its seed
+    rows += [[k.seed.key, f"{k.seed.size_bytes / 2**20:.0f} MB", str(k.spares), f"{k.seed.seconds:.1f} s",
+              when(k.seed.used_at), printable(k.seed.repository), printable(k.seed.source)] for k in found]
+    total = sum(k.seed.size_bytes + k.spare_bytes for k in found)
     sys.stdout.write(format_table(rows) if found else "no database seeds\n")
     print(f"{total / 2**30:.2f} GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB")
     return 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from orchestrator.state.records import DeploymentRecord, PullRequestEvent
 log = logging.getLogger("orchestrator.flows.sleep")
 WAKE_FIRST_GAP = 0.05  # a request waits for the wake: the health path is probed close together at first
 WAKE_PROBE_CEILING = 0.5
-WATCH_EVERY = 1.0  # the containers are looked at (docker ps and inspect: ~0.1 s) at most this often while waking
+FIRST_LOOK = 1.0  # a wake looks at its containers (docker ps and inspect: ~0.1 s) only after this, once a second
 
 
 def last_request(record: DeploymentRecord, activity: float | None) -> datetime:
@@ -157,7 +156,7 @@ class SleepFlow:
                 healthy = wait_healthy(
                     url, min(settings.health_check_interval_seconds, WAKE_PROBE_CEILING),
                     settings.health_check_timeout_seconds, target.log, control, first_gap=WAKE_FIRST_GAP,
-                    watch=_at_most_every(WATCH_EVERY, lambda s=service: self.c.problem(record.deploymentId, s)))
+                    watch=lambda s=service: self.c.problem(record.deploymentId, s), first_look=FIRST_LOOK)
             except AppStopped as exc:
                 raise _WakeFailed(f"Wake failed: {exc}", self._app_output(record, compose_file, service)) from None
             if not healthy:
@@ -194,17 +193,3 @@ class _WakeFailed(Exception):
         super().__init__(message)
         self.message = message
         self.detail = detail
-
-
-def _at_most_every(seconds: float, check: Callable[[], str | None]) -> Callable[[], str | None]:
-    """`check`, asked at most every `seconds` (the first time `seconds` from now); None in between."""
-    last = [time.monotonic()]
-
-    def limited() -> str | None:
-        now = time.monotonic()
-        if now - last[0] < seconds:
-            return None
-        last[0] = now
-        return check()
-
-    return limited

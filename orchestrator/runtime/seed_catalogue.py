@@ -67,18 +67,37 @@ def free_spares(state_dir: Path) -> dict[str, int]:
     return counts
 
 
-def warm_pools(state_dir: Path) -> list[WarmPool]:
-    """Each repository's seed and its free spare layers (counted at the seed's size, as `seeds` does), most recently
-    used first: what the dashboard lists. A marker that does not make a pool is left out."""
+@dataclass(frozen=True)
+class KeptSeed:
+    """A seed with its free spare layers, each counted at the seed's size (a spare holds a copy of it)."""
+
+    seed: SeedInfo
+    spares: int
+
+    @property
+    def spare_bytes(self) -> int:
+        return self.seed.size_bytes * self.spares
+
+
+def kept_seeds(state_dir: Path) -> list[KeptSeed]:
+    """Every seed kept, most recently used first, with its free spares: what `seeds`, doctor and the dashboard
+    count (spares of a seed gone are not: `sweep` takes them)."""
     spares = free_spares(state_dir)
+    return [KeptSeed(seed, spares.get(seed.key, 0)) for seed in listed_seeds(state_dir)]
+
+
+def warm_pools(state_dir: Path) -> list[WarmPool]:
+    """Each repository's seed and its free spare layers: what the dashboard lists. A marker that does not make
+    a pool is left out."""
     pools = []
-    for seed in listed_seeds(state_dir):
+    for kept in kept_seeds(state_dir):
+        seed = kept.seed
         try:
             pools.append(WarmPool(repository=seed.repository, kind="database seed", detail=seed.source, count=1,
                                   size_bytes=seed.size_bytes, used_at=seed.used_at))
-            if count := spares.get(seed.key, 0):
-                pools.append(WarmPool(repository=seed.repository, kind="spare layers", count=count,
-                                      detail="of that seed, made ahead", size_bytes=seed.size_bytes * count))
+            if kept.spares:
+                pools.append(WarmPool(repository=seed.repository, kind="spare layers", count=kept.spares,
+                                      detail="of that seed, made ahead", size_bytes=kept.spare_bytes))
         except ValueError:
             continue
     return pools
@@ -86,12 +105,11 @@ def warm_pools(state_dir: Path) -> list[WarmPool]:
 
 def seeds_check(state_dir: Path, cache_bytes: int) -> Check:
     """doctor's line of the data seeds kept and their free spares, against SEED_CACHE_GB."""
-    seeds = listed_seeds(state_dir)
-    spares = free_spares(state_dir)
-    size = sum(seed.size_bytes for seed in seeds)
-    spare_bytes = sum(seed.size_bytes * spares.get(seed.key, 0) for seed in seeds)
-    count = sum(spares.get(seed.key, 0) for seed in seeds)  # not those of a seed gone: `sweep` takes them
-    kept = (f"{len(seeds)} repository seed{'s' if len(seeds) != 1 else ''}, {size / 2**30:.2f} GB, and {count} "
+    kept = kept_seeds(state_dir)
+    size = sum(k.seed.size_bytes for k in kept)
+    spare_bytes = sum(k.spare_bytes for k in kept)
+    count = sum(k.spares for k in kept)
+    line = (f"{len(kept)} repository seed{'s' if len(kept) != 1 else ''}, {size / 2**30:.2f} GB, and {count} "
             f"spare{'s' if count != 1 else ''}, {spare_bytes / 2**30:.2f} GB")
-    return Check("database seeds", True, f"{kept} of SEED_CACHE_GB {cache_bytes / 2**30:.0f} GB "
+    return Check("database seeds", True, f"{line} of SEED_CACHE_GB {cache_bytes / 2**30:.0f} GB "
                                          "(preview-orchestrator seeds)")
