@@ -174,6 +174,29 @@ async def test_a_crashing_handler_marks_the_event_failed_and_goes_on(inbox: Inbo
     assert inbox.outcome(boom.seq).error == "Internal error while processing the event"
 
 
+async def test_a_flow_that_settles_answers_its_waiters_before_it_ends(inbox: Inbox) -> None:
+    """A wake settles once the record says running: the request waiting for it is answered while the flow still
+    reports (a comment on a slow code host); a waiter that comes after the settle is answered too."""
+    reporting = threading.Event()
+
+    class Settling:
+        def handle(self, ev: PullRequestEvent, control: FlowControl) -> None:
+            control.settle()
+            reporting.wait(20)  # the comment, on a slow code host
+
+    accepted = inbox.accept(event("wake-1"))
+    dispatcher = Dispatcher(inbox, Settling(), max_concurrent=1)
+    await dispatcher.start()
+    try:
+        first = await asyncio.wait_for(dispatcher.wait_for(accepted.seq), 10)
+        assert first.status == "done" and inbox.outcome(accepted.seq) is None  # answered; the flow still runs
+        late = await asyncio.wait_for(dispatcher.wait_for(accepted.seq), 10)  # came after the settle
+        assert late.status == "done" and inbox.outcome(accepted.seq) is None
+    finally:
+        reporting.set()
+        await dispatcher.stop()
+    assert inbox.outcome(accepted.seq).status == "done"
+
 class SlowBuilds:
     """Deploys that run until cancelled (or 20 s); cleanups that return at once."""
 

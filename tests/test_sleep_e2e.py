@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from orchestrator.common.labels import DEPLOYMENT_LABEL
+from orchestrator.http.resources.preview_wake import CLIENT_WAIT_SECONDS
 from tests import test_protection
 from tests.support import web
 from tests.support.git_repos import PullRequestRepo, make_pr_repo
@@ -98,13 +99,24 @@ def test_an_idle_preview_sleeps_and_a_request_through_nginx_wakes_it(tmp_path: P
         assert stack.page(pr, "db").text == "db reachable"
         stack.wait_comment(pr, "Preview ready", "woken up in")
 
-        # asleep again: concurrent requests all get the app's answer, and one wake runs
+        # asleep again: concurrent requests all get the app's answer, and one wake runs; the code host is slow to
+        # write comments meanwhile, and the requests do not wait for the wake's comment
         wait_asleep(stack, pr)
+        stack.wait_comment(pr, "Preview sleeping")
+        stack.codehost.comment_writes = threading.Event()
         url = f"{stack.nginx.url}/{SLUG}/pr-{pr}/"
-        with ThreadPoolExecutor(6) as pool:
-            answers = list(pool.map(lambda _: web.get(url, timeout=60), range(6)))
-        assert [(a.status_code, a.text, a.headers.get("x-preview-deployment")) for a in answers] == [
-            (200, PAGE_A, deployment)] * 6
+        try:
+            began = time.monotonic()
+            with ThreadPoolExecutor(6) as pool:
+                answers = list(pool.map(lambda _: web.get(url, timeout=90), range(6)))
+            assert [(a.status_code, a.text, a.headers.get("x-preview-deployment")) for a in answers] == [
+                (200, PAGE_A, deployment)] * 6
+            # answered once awake, not when the wait for the flow (CLIENT_WAIT_SECONDS) ran out
+            assert time.monotonic() - began < CLIENT_WAIT_SECONDS / 2
+            assert "Preview sleeping" in stack.comment(pr)  # the wake's comment is still on its way
+        finally:
+            stack.codehost.comment_writes.set()
+        stack.wait_comment(pr, "Preview ready", "woken up in")
         assert stack.logs(pr).count("a request came: waking up") == 2  # one per sleep
         assert metric(stack, 'preview_orchestrator_wakes_total{result="success"}').endswith(" 2.0")
 

@@ -21,12 +21,21 @@ class FlowAborted(Exception):
 
 
 class FlowControl:
-    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic,
+                 on_settled: Callable[[], None] | None = None) -> None:
         self._clock = clock
         self._timeout = timeout
         self._deadline = clock() + timeout
         self._event = threading.Event()
         self._reason: str | None = None
+        self._on_settled = on_settled
+
+    def settle(self) -> None:
+        """The record says what the flow came to do; what is left is reporting it (a comment on the code host).
+        Whoever waits for the flow's event (a request waiting for a wake) is answered now, not after the code
+        host's API has been called."""
+        if self._on_settled is not None:
+            self._on_settled()
 
     def cancel(self, reason: str) -> None:
         if self._reason is None:

@@ -9,6 +9,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.events.inbox import Claimed, Inbox, Outcome
@@ -40,6 +41,7 @@ class Dispatcher:
         self.flow_timeout = flow_timeout
         self._running: dict[str, Running] = {}
         self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
+        self._settled: set[int] = set()  # events whose flow settled (FlowControl.settle) and still runs
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -69,10 +71,12 @@ class Dispatcher:
         return True
 
     async def wait_for(self, seq: int) -> Outcome:
-        """Wait until event `seq` has finished (sync mode)."""
+        """Wait until event `seq` has finished (sync mode), or until its flow settled (FlowControl.settle)."""
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(seq, []).append(future)
-        # It may have finished (or been superseded) before we registered.
+        # It may have settled, finished (or been superseded) before we registered.
+        if seq in self._settled:
+            self._settle(seq)
         self._resolve_finished()
         return await future
 
@@ -121,7 +125,8 @@ class Dispatcher:
             if claimed is None:
                 return
             deployment = claimed.event.deployment_id
-            control = FlowControl(self.flow_timeout)
+            settled = partial(asyncio.get_running_loop().call_soon_threadsafe, self._settle, claimed.seq)
+            control = FlowControl(self.flow_timeout, on_settled=settled)
             task = asyncio.create_task(self._process(claimed, control), name=deployment)
             self._running[deployment] = Running(task, claimed.event.action, control)
 
@@ -145,7 +150,15 @@ class Dispatcher:
             log.exception("could not record the end of event %s", claimed.seq, extra=extra)
         finally:
             self._running.pop(event.deployment_id, None)
+            self._settled.discard(claimed.seq)
             self._wake.set()
+
+    def _settle(self, seq: int) -> None:
+        """The flow of `seq` settled while it runs on: its waiters get `done` now (in the loop's thread)."""
+        self._settled.add(seq)
+        for future in self._waiters.pop(seq, []):
+            if not future.done():
+                future.set_result(Outcome("done", None))
 
     def _resolve_finished(self) -> None:
         for seq in list(self._waiters):

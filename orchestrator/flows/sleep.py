@@ -126,6 +126,7 @@ class SleepFlow:
         set_fields(self.c.store, event.deployment_id, touch=False, status="running", sleptAt=None, error=None,
                    wokeAt=datetime.now(UTC))
         self.c.proxy.mark_activity(record.projectSlug, record.prNumber)  # the request that woke it
+        control.settle()  # the requests waiting for the wake need not wait for the comment
         target.log.note(f"awake after {seconds:.2f}s")
         self.c.metrics.wakes.labels("success").inc()
         self.c.metrics.wake_seconds.labels("success").observe(seconds)

@@ -56,6 +56,9 @@ class FakeCodeHost:
     # give them: (owner, repo) -> {"clone_url": ...} (a base preview's clone URL)
     repositories: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     listing_down: bool = False  # every listing answers 503 (the host "unreachable" for the reconcile)
+    # A host slow to write comments: while this event is clear, a comment's creation or edit waits for it (60 s at
+    # most) before it is answered; None: answered at once.
+    comment_writes: threading.Event | None = None
     rate_limit: int = 5000
     rate_remaining: int = 5000
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -124,6 +127,10 @@ class FakeCodeHost:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else {}
+                gate = fake.comment_writes
+                writes_comment = self.command in ("POST", "PATCH") and re.search(r"/(comments|notes)\b", self.path)
+                if gate is not None and writes_comment:
+                    gate.wait(timeout=60)
                 status, payload, headers = fake._route(self.command, self.path, body, dict(self.headers.items()))
                 with fake.lock:
                     fake.calls.append(Call(self.command, self.path, body, dict(self.headers.items()), status))
