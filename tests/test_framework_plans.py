@@ -57,6 +57,10 @@ def test_prisma_and_the_build_script_are_run_when_the_project_has_them(tmp_path:
     ({"package.json": "{}", "yarn.lock": "", ".yarnrc.yml": ""}, False),  # Plug'n'Play keeps no node_modules
     ({"package.json": '{"dependencies": {"@prisma/client": "5"}}', "package-lock.json": "{}",
       "prisma/schema.prisma": ""}, False),  # prisma generate writes into node_modules after the source is copied
+    ({"package.json": '{"devDependencies": {"prisma": "6"}, "scripts": {"build": "prisma generate && nest build"}}',
+      "package-lock.json": "{}", "prisma/schema/base.prisma": ""}, False),  # a schema elsewhere: the same
+    ({"package.json": '{"workspaces": ["packages/*"]}', "package-lock.json": "{}"}, False),
+    ({"package.json": "{}", "pnpm-lock.yaml": "", "pnpm-workspace.yaml": "packages: ['apps/*']\n"}, False),
 ])
 def test_production_dependencies_get_a_stage_of_their_own_where_nothing_writes_into_them_later(
         host: PluginHost, tmp_path: Path, files: dict[str, str], own_stage: bool) -> None:

@@ -35,12 +35,8 @@ class NodeBuild:
     corepack: bool
     prisma: bool
     build: bool
-
-    @property
-    def production_stage(self) -> bool:
-        """Prune in a stage of its own, unless Prisma writes its client into `node_modules` after the source is
-        copied, or Yarn 2+ may keep the packages outside `node_modules` (Plug'n'Play): those prune after the build."""
-        return not self.prisma and ".yarnrc.yml" not in self.lockfiles
+    # Prune in a stage of its own (see `node_build`), or after the build as before
+    production_stage: bool = False
 
 
 def node_build(project: ProjectFiles) -> NodeBuild:
@@ -49,21 +45,28 @@ def node_build(project: ProjectFiles) -> NodeBuild:
     scripts = manifest.get("scripts") if isinstance(manifest.get("scripts"), dict) else {}
     packages = {name for key in ("dependencies", "devDependencies")
                 if isinstance(manifest.get(key), dict) for name in manifest[key]}
-    prisma = bool({"prisma", "@prisma/client"} & packages) and project.is_file("prisma/schema.prisma")
+    prisma_packages = bool({"prisma", "@prisma/client"} & packages)
+    prisma = prisma_packages and project.is_file("prisma/schema.prisma")
+    # The pruned dependencies get a stage of their own, keyed by the manifests alone, unless something may write
+    # into node_modules after the source is copied (Prisma's client, wherever its schema is), the workspaces'
+    # manifests are not beside the root's when it installs, or Yarn 2+ keeps the packages outside node_modules
+    # (Plug'n'Play): those prune after the build.
+    own_stage = not prisma_packages and "workspaces" not in manifest and not project.is_file("pnpm-workspace.yaml")
+    build = "build" in scripts
     if project.is_file("pnpm-lock.yaml"):
         return NodeBuild(["pnpm-lock.yaml"], "pnpm install --frozen-lockfile", "pnpm prune --prod", True, prisma,
-                         "build" in scripts)
+                         build, own_stage)
     if project.is_file("yarn.lock"):
         if project.is_file(".yarnrc.yml"):  # Yarn 2+ (berry): through corepack, as its packageManager says
             return NodeBuild(["yarn.lock", ".yarnrc.yml"], "yarn install --immutable",
-                             "yarn workspaces focus --all --production", True, prisma, "build" in scripts)
+                             "yarn workspaces focus --all --production", True, prisma, build)
         return NodeBuild(["yarn.lock"], "yarn install --frozen-lockfile",
                          "yarn install --production --frozen-lockfile --ignore-scripts --prefer-offline", False,
-                         prisma, "build" in scripts)
+                         prisma, build, own_stage)
     for lockfile in ("package-lock.json", "npm-shrinkwrap.json"):
         if project.is_file(lockfile):
-            return NodeBuild([lockfile], "npm ci", "npm prune --omit=dev", False, prisma, "build" in scripts)
-    return NodeBuild([], "npm install", "npm prune --omit=dev", False, prisma, "build" in scripts)
+            return NodeBuild([lockfile], "npm ci", "npm prune --omit=dev", False, prisma, build, own_stage)
+    return NodeBuild([], "npm install", "npm prune --omit=dev", False, prisma, build, own_stage)
 
 
 def main_command(entrypoint: str) -> str:
