@@ -174,9 +174,10 @@ async def test_a_crashing_handler_marks_the_event_failed_and_goes_on(inbox: Inbo
     assert inbox.outcome(boom.seq).error == "Internal error while processing the event"
 
 
-async def test_a_flow_that_settles_answers_its_waiters_before_it_ends(inbox: Inbox) -> None:
+async def test_a_wake_that_settles_answers_its_waiters_before_it_ends(inbox: Inbox) -> None:
     """A wake settles once the record says running: the request waiting for it is answered while the flow still
-    reports (a comment on a slow code host); a waiter that comes after the settle is answered too."""
+    reports (a comment on a slow code host); a waiter that comes after the settle is answered too. Any other flow
+    that calls settle (a plugin's runtime, given the deploy's FlowControl) is waited for to its end."""
     reporting = threading.Event()
 
     class Settling:
@@ -184,18 +185,22 @@ async def test_a_flow_that_settles_answers_its_waiters_before_it_ends(inbox: Inb
             control.settle()
             reporting.wait(20)  # the comment, on a slow code host
 
-    accepted = inbox.accept(event("wake-1"))
+    wake = inbox.accept(event("wake-1", action="wake"))
+    deploy = inbox.accept(event("deploy-2", pr=2))
     dispatcher = Dispatcher(inbox, Settling(), max_concurrent=1)
     await dispatcher.start()
     try:
-        first = await asyncio.wait_for(dispatcher.wait_for(accepted.seq), 10)
-        assert first.status == "done" and inbox.outcome(accepted.seq) is None  # answered; the flow still runs
-        late = await asyncio.wait_for(dispatcher.wait_for(accepted.seq), 10)  # came after the settle
-        assert late.status == "done" and inbox.outcome(accepted.seq) is None
+        first = await asyncio.wait_for(dispatcher.wait_for(wake.seq), 10)
+        assert first.status == "done" and inbox.outcome(wake.seq) is None  # answered; the flow still runs
+        late = await asyncio.wait_for(dispatcher.wait_for(wake.seq), 10)  # came after the settle
+        assert late.status == "done" and inbox.outcome(wake.seq) is None
+        with pytest.raises(TimeoutError):  # the deploy settled too, and still runs: not answered
+            await asyncio.wait_for(dispatcher.wait_for(deploy.seq), 1)
     finally:
         reporting.set()
         await dispatcher.stop()
-    assert inbox.outcome(accepted.seq).status == "done"
+    assert inbox.outcome(wake.seq).status == "done" and inbox.outcome(deploy.seq).status == "done"
+
 
 class SlowBuilds:
     """Deploys that run until cancelled (or 20 s); cleanups that return at once."""

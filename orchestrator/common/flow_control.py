@@ -33,7 +33,8 @@ class FlowControl:
     def settle(self) -> None:
         """The record says what the flow came to do; what is left is reporting it (a comment on the code host).
         Whoever waits for the flow's event (a request waiting for a wake) is answered now, not after the code
-        host's API has been called."""
+        host's API has been called. Only a wake's waiters are (the dispatcher's SETTLING); elsewhere it does
+        nothing."""
         if self._on_settled is not None:
             self._on_settled()
 

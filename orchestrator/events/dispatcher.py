@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 
@@ -23,6 +24,9 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 CLEANUP_LANE = 4  # cleanups (and sleeps and wakes) that may run beside the builds
 CLEANUP = ("closed",)
 SIDE_LANE = ("closed", "sleep", "wake")  # short flows: never behind the builds
+# Flows whose waiters are answered once the flow settles (FlowControl.settle), before it reports: a request waiting
+# for a wake. Any other flow's waiters (a webhook in sync mode, reset-db) get its end, whatever a plugin calls.
+SETTLING = ("wake",)
 
 
 @dataclass
@@ -125,8 +129,9 @@ class Dispatcher:
             if claimed is None:
                 return
             deployment = claimed.event.deployment_id
-            settled = partial(asyncio.get_running_loop().call_soon_threadsafe, self._settle, claimed.seq)
-            control = FlowControl(self.flow_timeout, on_settled=settled)
+            settles = claimed.event.action in SETTLING
+            control = FlowControl(self.flow_timeout, on_settled=partial(
+                self._settled_in, asyncio.get_running_loop(), claimed.seq) if settles else None)
             task = asyncio.create_task(self._process(claimed, control), name=deployment)
             self._running[deployment] = Running(task, claimed.event.action, control)
 
@@ -152,6 +157,12 @@ class Dispatcher:
             self._running.pop(event.deployment_id, None)
             self._settled.discard(claimed.seq)
             self._wake.set()
+
+    def _settled_in(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
+        """From the flow's thread: `_settle` in the loop's, unless the loop is gone (a flow that outlived the
+        shutdown's grace: nobody waits any more)."""
+        with suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._settle, seq)
 
     def _settle(self, seq: int) -> None:
         """The flow of `seq` settled while it runs on: its waiters get `done` now (in the loop's thread)."""
