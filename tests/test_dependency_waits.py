@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
@@ -23,8 +24,9 @@ from orchestrator.common.labels import DEPLOYMENT_LABEL
 from orchestrator.plugin_api import RuntimeFailure
 from orchestrator.plugin_api.types import DatabaseSeed
 from orchestrator.runtime.compose import ComposeRuntime
+from orchestrator.runtime.compose_cli import Container, DockerResources
 from orchestrator.runtime.compose_seeding import Seeding
-from orchestrator.runtime.dependency_waits import LOOK_SECONDS
+from orchestrator.runtime.dependency_waits import LOOK_SECONDS, await_healthchecks
 from tests.support.standins import STANDIN_OVERRIDES, require_engine
 
 BASE = STANDIN_OVERRIDES["debian:bookworm-slim"]
@@ -97,6 +99,36 @@ def as_an_update(runtime: ComposeRuntime, monkeypatch: pytest.MonkeyPatch, deplo
     seed = DatabaseSeed(volume="data", path="/data", environment={}, ready=["true"], command=["true"], script="")
     runtime.seed_database(deployment, compose_file, seed, log, FlowControl(120))
 
+
+class Healthchecks:
+    """A dependency whose healthcheck passes from the `passes_from`-th run on (never: None)."""
+
+    def __init__(self, passes_from: int | None) -> None:
+        self.passes_from = passes_from
+        self.runs = 0
+
+    def passes_healthcheck(self, container: Container, control: FlowControl) -> bool:
+        self.runs += 1
+        return self.passes_from is not None and self.runs >= self.passes_from
+
+
+def test_a_dependency_is_looked_at_only_after_a_look_s_age(tmp_path: Path) -> None:
+    """A database that needs a second round of its healthcheck is not held back by a look at the containers (docker
+    ps and inspect, slow on an engine with many): the first look comes LOOK_SECONDS after the start."""
+    database = [Container("db-1", "db", ["CMD", "pg_isready"])]
+    looks: list[float] = []
+
+    def problem(services: tuple[str, ...]) -> str | None:
+        looks.append(time.monotonic())
+        return "db exited with code 1" if len(looks) == 2 else None
+
+    log = DeploymentLog(tmp_path / "log")
+    assert await_healthchecks(cast(DockerResources, Healthchecks(3)), problem, database, log, FlowControl(30))
+    assert looks == []  # passed on its third round, 0.2 s in
+    started = time.monotonic()
+    with pytest.raises(RuntimeFailure, match="Containers failed to start"):
+        await_healthchecks(cast(DockerResources, Healthchecks(None)), problem, database, log, FlowControl(30))
+    assert len(looks) == 2 and looks[0] - started >= LOOK_SECONDS and looks[1] - looks[0] >= LOOK_SECONDS * 0.98
 
 @pytest.mark.docker
 def test_an_update_awaits_the_database_beside_the_build_then_starts_the_app_alone(
