@@ -5,14 +5,21 @@ pnpm through corepack, none → `npm install`); `npm run build` runs when packag
 `prisma generate` when the project uses Prisma; development dependencies are pruned for the runtime stage,
 which runs as the image's `node` user. The pruned dependencies get a stage of their own, keyed by the manifests
 alone, so that a change of code reuses them (`NodeBuild.production_stage`).
+
+With npm's lockfile, the `dependencies` stage is labelled with what it installs from (DEPENDENCIES_LABEL), so that
+the service keeps a base preview's (BASE_PREVIEWS) for the repository's pull requests: one whose manifests differ
+starts from the base preview's `node_modules` and lets `npm install` bring them to its lockfile — it downloads and
+unpacks only what changed, where `npm ci` would install everything again (`NodeBuild.from_base`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.plugin_api import (
+    DEPENDENCIES_LABEL,
     AppService,
     Detection,
     FrameworkSpec,
@@ -37,6 +44,25 @@ class NodeBuild:
     build: bool
     # Prune in a stage of its own (see `node_build`), or after the build as before
     production_stage: bool = False
+    installed: str = ""  # DEPENDENCIES_LABEL's value: what `npm ci` installs from; "": no label (see `installs`)
+    from_base: str = ""  # the base preview's dependencies image to install on top of; "": from nothing
+
+
+def installs(plan: NodeBuild, project: ProjectFiles, build_image: str, context: RenderContext) -> NodeBuild:
+    """`plan` with its label (the build image's digest, then the manifests'), and the base preview's installed
+    dependencies to start from when the repository has them for the same build image and other manifests. Only
+    npm's lockfile with the production stage: `npm install` keeps to a lockfile as `npm ci` does (the template checks
+    that it did); the other package managers' incremental installs are not checked so."""
+    if plan.install != "npm ci" or not plan.production_stage:
+        return plan
+    manifests = [project.read_text(name) for name in ["package.json", *plan.lockfiles]]
+    if any(text is None for text in manifests):  # a manifest over ProjectFiles' bound: no label, installed as before
+        return plan
+    image = hashlib.sha256(f"{build_image}\0{plan.install}".encode()).hexdigest()[:16]
+    installed = f"{image}-{hashlib.sha256(chr(0).join(map(str, manifests)).encode()).hexdigest()[:32]}"
+    base = context.base_dependencies
+    usable = base is not None and base.installed != installed and base.installed.startswith(f"{image}-")
+    return replace(plan, installed=installed, from_base=base.image if usable and base is not None else "")
 
 
 def node_build(project: ProjectFiles) -> NodeBuild:
@@ -118,7 +144,8 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
         return None
     image = context.image(TOOLCHAIN_IMAGE)
     return render_template(
-        __name__, "Dockerfile.j2", build_image=image, runtime_image=image, plan=node_build(project),
+        __name__, "Dockerfile.j2", build_image=image, runtime_image=image,
+        plan=installs(node_build(project), project, image, context), label=DEPENDENCIES_LABEL,
         port=config.app_port, main=main_command(config.app_entrypoint),
     )
 

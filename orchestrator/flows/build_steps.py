@@ -18,6 +18,7 @@ from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, remo
 from orchestrator.common.commands import CommandFailed
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import mirror_name
+from orchestrator.flows import base_dependencies
 from orchestrator.flows.context import FlowContext, StepFailed, Target
 from orchestrator.flows.data_steps import DataSteps
 from orchestrator.flows.error_lines import with_pull_error
@@ -123,6 +124,7 @@ class BuildSteps:
                 with clock.stage("build"):
                     if not (restart and images_kept(self.c, event, target, compose_file)):
                         runtime.build(event.deployment_id, compose_file, target.log, control)
+                        base_dependencies.keep(self.c, event, rendered, compose_file, target.log, control)
                     if rendered.pending_startup is not None:
                         compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
             except RuntimeFailure as exc:
@@ -189,9 +191,10 @@ class BuildSteps:
 
     def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
-        context = self._context(event, record)
+        context = base_dependencies.with_base(self.c, event, self._context(event, record))
         try:
-            rendered = render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
+            rendered = base_dependencies.to_keep(event, context, render_deployment(
+                self.c.plugins, target.work_dir, config, context, self.c.runtime.read))
         except ConfigError as exc:
             raise StepFailed("; ".join(exc.problems)) from None
         except RuntimeFailure as exc:

@@ -41,9 +41,12 @@ from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec, SeedFailed, WarmPool
 from orchestrator.plugin_api.templating import render_template
 from orchestrator.plugin_api.types import (
+    DEPENDENCIES_LABEL,
+    DEPENDENCIES_STAGE,
     SEED_INPUT,
     SEED_MOUNT,
     AppService,
+    BaseDependencies,
     DatabaseSeed,
     DatabaseSpec,
     DatabaseWiring,
@@ -116,6 +119,9 @@ __all__ = [
     "PreviewConfig",
     "ProjectFiles",
     "RenderContext",
+    "BaseDependencies",
+    "DEPENDENCIES_LABEL",
+    "DEPENDENCIES_STAGE",
     "Runtime",
     "RuntimeFailure",
     "RuntimeSpec",

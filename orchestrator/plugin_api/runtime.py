@@ -226,6 +226,16 @@ class Runtime:
         a runtime that cannot tell builds again, which is always correct."""
         return False
 
+    def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
+                   log: DeploymentLog, control: FlowControl) -> None:
+        """After `build`: tag the stage `stage` of `service`'s build as `image` on the engine the next builds run
+        on (a base preview's installed dependencies, RenderContext.base_dependencies). Nothing here: a runtime
+        that does not keep one builds every pull request's dependencies from nothing, which is always correct."""
+
+    def image_label(self, image: str, label: str) -> str | None:
+        """`label` of the local image `image`; None when either is absent (and here, where nothing is kept)."""
+        return None
+
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:
         """For `/preview reset-db`: remove the `db` service's named volumes and the containers of `db` and `app`,
         so that the update started next makes the database as a new preview's (from its seed when there is one) and

@@ -57,6 +57,22 @@ class Detection(BaseModel):
 # The service's local namespace of built images: a repository's compose file or Dockerfile may not name it.
 BUILT_IMAGES = "po-build"
 
+# A base preview's installed dependencies, kept for its repository's pull requests (RenderContext.base_dependencies):
+# the stage of this name in the base preview's injected Dockerfile, when that stage carries this label (what it
+# installed from, as the template's plugin identifies it), is tagged after the base preview's build.
+DEPENDENCIES_STAGE = "dependencies"
+DEPENDENCIES_LABEL = "dev.preview-orchestrator.dependencies"
+
+
+class BaseDependencies(BaseModel):
+    """The `dependencies` stage of the repository's base preview (BASE_PREVIEWS), built from its default branch and
+    kept as an image in BUILT_IMAGES, which no repository's file may name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    image: str
+    installed: str = Field(description="Its DEPENDENCIES_LABEL: what the base preview installed from")
+
 
 class RenderContext(BaseModel):
     """Everything about one deployment that templates may use."""
@@ -78,6 +94,9 @@ class RenderContext(BaseModel):
                                          description="The service's key; None renders placeholders")
     build_cache: bool = Field(default=False, description="BuildKit cache mounts may be rendered "
                                                          "(BUILD_CACHE_MOUNTS); off, templates build without")
+    base_dependencies: BaseDependencies | None = Field(
+        default=None, description="A pull request's: its repository's base preview's installed dependencies, for a "
+                                  "template to install on top of when its own manifests differ; None: build without")
 
     @model_validator(mode="after")
     def _identity(self) -> RenderContext:
@@ -102,6 +121,14 @@ class RenderContext(BaseModel):
             return f"{BUILT_IMAGES}/keyed-{service.lower()}"
         digest = self._keyed(f"{self.repository}#{self.deployment_id}:image:{service}").hexdigest()[:32]
         return f"{BUILT_IMAGES}/{digest}-{service.lower()}"
+
+    def kept_dependencies(self) -> str:
+        """The name the repository's base preview's DEPENDENCIES_STAGE is kept under: keyed by the repository alone
+        (its pull requests look for it), so no other repository's preview can name it."""
+        if self.secret_key is None:
+            return f"{BUILT_IMAGES}/keyed-{DEPENDENCIES_STAGE}"
+        digest = self._keyed(f"{self.repository}:base:{DEPENDENCIES_STAGE}").hexdigest()[:32]
+        return f"{BUILT_IMAGES}/{digest}-{DEPENDENCIES_STAGE}"
 
     def image(self, name: str) -> str:
         """`name` after IMAGE_OVERRIDES; every image a built-in template names goes through here."""

@@ -61,6 +61,8 @@ class RenderedDeployment:
     build_files: dict[str, str] = field(default_factory=dict)
     # Services routed besides `app` (a repository compose file's x-preview; routed_services.py), ports not yet given.
     routes: list[Any] = field(default_factory=list)
+    # A base preview's: the image its build's DEPENDENCIES_STAGE is kept as (flows/base_dependencies.py); "": none
+    kept_dependencies: str = ""
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)

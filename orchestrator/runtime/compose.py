@@ -35,6 +35,7 @@ from orchestrator.runtime.data_seeds import DataSeeds
 from orchestrator.runtime.database_seeds import DatabaseSeeds
 from orchestrator.runtime.dependency_waits import LOOK_SECONDS, await_healthchecks
 from orchestrator.runtime.failures import failure
+from orchestrator.runtime.kept_stages import KeptStages
 from orchestrator.runtime.seed_catalogue import warm_pools
 from orchestrator.runtime.seed_layers import HOLDER_LABEL, release_holders
 from orchestrator.runtime.seed_spares import SeedSpares
@@ -46,8 +47,7 @@ WATCHED = ("app", "db")  # an extra service may be a one-shot job that exits on 
 
 @hookimpl(trylast=True)
 def po_runtimes() -> list[RuntimeSpec]:
-    return [RuntimeSpec(name=NAME, description="docker compose on this host's Docker engine (one project per "
-                                               "preview)")]
+    return [RuntimeSpec(name=NAME, description="docker compose on this host's Docker engine (one project per preview)")]
 
 
 @hookimpl(trylast=True)
@@ -66,7 +66,7 @@ def po_runtime(name: str, settings: Settings) -> ComposeRuntime | None:
 SEED_EVICTION_SECONDS = 3600.0
 
 
-class ComposeRuntime(Runtime):
+class ComposeRuntime(KeptStages, Runtime):
     name = NAME
     restores_seeds = True  # a repository's `seed` (data_seeds.py)
     routes_services = True  # x-preview's services, published on 127.0.0.1 like the app

@@ -1,0 +1,65 @@
+"""A base preview's installed dependencies, for its repository's pull requests (RenderContext.base_dependencies).
+
+After a base preview's build, the DEPENDENCIES_STAGE of its injected Dockerfile is kept as an image when the
+template labelled it (what it installed from); a pull request of the repository then renders with that image and
+label, and its template decides whether to start from it (frameworks/nestjs: when its own manifests differ). Only
+the service's own template is kept, never a repository's Dockerfile, and only the base preview's: a pull request's
+build never writes what another one starts from. The image carries the base preview's deployment label, so it goes
+with the base preview (and with every image its removal finds by that label)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from orchestrator.common.deployment_log import DeploymentLog
+from orchestrator.common.flow_control import FlowControl
+from orchestrator.common.naming import BASE
+from orchestrator.common.naming import deployment_id as make_deployment_id
+from orchestrator.flows.context import FlowContext
+from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, DEPENDENCIES_STAGE, BaseDependencies, RenderContext
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, RenderedDeployment
+from orchestrator.state.records import PullRequestEvent
+
+# The injected Dockerfile's stage, with the label inside it (before the next FROM)
+_LABELLED_STAGE = re.compile(
+    rf"^FROM \S+ AS {DEPENDENCIES_STAGE}\n(?:(?!FROM ).*\n)*?LABEL {re.escape(DEPENDENCIES_LABEL)}=", re.MULTILINE)
+
+
+def to_keep(event: PullRequestEvent, context: RenderContext, rendered: RenderedDeployment) -> RenderedDeployment:
+    """A base preview's `rendered` with the image its dependencies stage is to be kept as, when its injected
+    Dockerfile has that stage labelled; anything else's as it is."""
+    dockerfile = rendered.files.get(INJECTED_DOCKERFILE)
+    if event.pr_number != BASE or dockerfile is None or not _LABELLED_STAGE.search(dockerfile):
+        return rendered
+    return replace(rendered, kept_dependencies=context.kept_dependencies())
+
+
+def keep(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment, compose_file: Path,
+         log: DeploymentLog, control: FlowControl) -> None:
+    """After the build: the stage `to_keep` named, tagged. A failure only costs the repository's pull requests an
+    install from nothing, so it is noted, never raised."""
+    if not rendered.kept_dependencies:
+        return
+    try:
+        c.runtime.keep_stage(event.deployment_id, compose_file, "app", DEPENDENCIES_STAGE, rendered.kept_dependencies,
+                             log, control)
+    except RuntimeFailure as exc:
+        log.note(f"{exc.message}: pull requests install their dependencies from nothing ({exc.detail[-300:]})")
+
+
+def with_base(c: FlowContext, event: PullRequestEvent, context: RenderContext) -> RenderContext:
+    """`context` with the repository's base preview's kept dependencies, when it has a base preview that kept
+    them; a base preview's own context as it is."""
+    if event.pr_number == BASE:
+        return context
+    base = c.store.read().deployments.get(make_deployment_id(event.project_slug, BASE))
+    if base is None or base.repository != event.repository:
+        return context
+    image = context.kept_dependencies()
+    installed = c.runtime.image_label(image, DEPENDENCIES_LABEL)
+    if installed is None:
+        return context
+    return context.model_copy(update={"base_dependencies": BaseDependencies(image=image, installed=installed)})

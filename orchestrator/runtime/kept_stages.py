@@ -1,0 +1,58 @@
+"""A stage of a preview's build kept as an image: a base preview's installed dependencies
+(RenderContext.base_dependencies), tagged after its build so that its repository's pull requests can start from
+them. The compose runtime builds with compose on the engine the next builds run on; the swarm runtime keeps none
+(its previews build their dependencies from nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from orchestrator.plugin_api import CommandFailed, DeploymentLog, FlowControl, RuntimeFailure, dump_compose
+from orchestrator.runtime.compose_cli import Compose, DockerResources
+
+
+class KeptStages:
+    """Runtime.keep_stage and Runtime.image_label for a runtime that builds with compose on its own engine."""
+
+    compose: Compose
+    docker: DockerResources
+
+    def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
+                   log: DeploymentLog, control: FlowControl) -> None:
+        keep_stage(self.compose, deployment_id, compose_file, service, stage, image, log, control)
+
+    def image_label(self, image: str, label: str) -> str | None:
+        return image_label(self.docker, image, label)
+
+
+def keep_stage(compose: Compose, project: str, compose_file: Path, service: str, stage: str, image: str,
+               log: DeploymentLog, control: FlowControl) -> None:
+    """Build `service` once more to `stage` as `image`: every step is in the cache the build just filled, so
+    this costs BuildKit's look at it. The compose file is the renderer's (the service's own), read as data."""
+    document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
+    build = dict(document["services"][service]["build"])
+    # absolute: the file that builds it is written elsewhere
+    build["context"] = os.path.normpath(compose_file.parent / str(build.get("context", ".")))
+    build["target"] = stage
+    with tempfile.TemporaryDirectory(prefix="po-stage-") as scratch:
+        staged = Path(scratch) / "compose.yml"
+        staged.write_text(dump_compose({"services": {service: {"build": build, "image": image}}}), encoding="utf-8")
+        try:
+            compose.build(project, staged, log, control)
+        except CommandFailed as exc:
+            raise RuntimeFailure(f"The build's {stage} stage could not be kept", exc.tail()) from None
+
+
+def image_label(docker: DockerResources, image: str, label: str) -> str | None:
+    """`label` of the local image `image`; None when either is absent."""
+    try:
+        labels = json.loads(docker.command(["image", "inspect", "--format", "{{json .Config.Labels}}", image]))
+    except (CommandFailed, ValueError):
+        return None
+    value = labels.get(label) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None

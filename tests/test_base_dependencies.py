@@ -1,0 +1,185 @@
+"""A base preview's installed dependencies, kept for its repository's pull requests (flows/base_dependencies.py,
+frameworks/nestjs `NodeBuild.from_base`): a pull request whose npm manifests differ from the base preview's starts
+from the base preview's `node_modules` and brings them to its lockfile with `npm install`; `npm ci` where that
+would change the lockfile.
+
+The engine test's packages are npm's own (`file:` dependencies on the stand-in image's bundled copies), so that it
+installs and removes real packages without reaching a registry."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from frameworks.nestjs import installs, node_build
+from orchestrator.common.naming import BASE
+from orchestrator.flows.base_dependencies import to_keep
+from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, BaseDependencies, RenderContext
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
+from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.state.records import PullRequestEvent
+from tests.support import web
+from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
+from tests.support.live import wait_until
+from tests.support.payloads import push_payload, webhook_headers
+from tests.support.repos import config_for, make_repo
+from tests.support.stack import SLUG, start_stack, stop_stack
+
+KEY = b"k"
+NPM_PACKAGES = "/usr/local/lib/node_modules/npm/node_modules"  # in the node stand-in, as in node's own image
+
+
+def manifests(*packages: str) -> dict[str, str]:
+    return {"package.json": json.dumps({"name": "sample", "version": "1.0.0", "private": True,
+                                        "scripts": {"build": "node build.js"},  # the sample's dist/main.js
+                                        "dependencies": {name: f"file:{NPM_PACKAGES}/{name}" for name in packages}}),
+            "package-lock.json": "{}"}
+
+
+def context(pr: int, base: BaseDependencies | None = None, repo: str = "shop") -> RenderContext:
+    made = make_context("acme", repo, pr, 8001, 9001, KEY, build_cache=True)
+    return made.model_copy(update={"base_dependencies": base})
+
+
+def labelled(tmp_path: Path, files: dict[str, str]) -> str:
+    project = ProjectFiles(make_repo(tmp_path, files=files))
+    return installs(node_build(project), project, "node:20-bookworm-slim", context(BASE)).installed
+
+
+@pytest.mark.uses("nestjs")
+def test_a_pull_request_starts_from_the_base_preview_s_dependencies_only_when_its_manifests_differ(
+        tmp_path: Path) -> None:
+    base = labelled(tmp_path / "base", manifests("abbrev"))
+    assert base and base == labelled(tmp_path / "again", manifests("abbrev"))  # what it installs from, no more
+    kept = BaseDependencies(image=context(BASE).kept_dependencies(), installed=base)
+    changed = ProjectFiles(make_repo(tmp_path / "pr", files=manifests("abbrev", "semver")))
+    plan = installs(node_build(changed), changed, "node:20-bookworm-slim", context(1, kept))
+    assert plan.from_base == kept.image and plan.installed not in ("", base)
+    same = ProjectFiles(make_repo(tmp_path / "same", files=manifests("abbrev")))  # a change of code: the cache
+    assert installs(node_build(same), same, "node:20-bookworm-slim", context(1, kept)).from_base == ""
+    # another build image (IMAGE_OVERRIDES, a new template): its node_modules may not run there
+    assert installs(node_build(changed), changed, "node:22-bookworm-slim", context(1, kept)).from_base == ""
+    for other in ({"package.json": "{}", "yarn.lock": ""}, {"package.json": "{}", "pnpm-lock.yaml": ""},
+                  {"package.json": "{}"},  # npm install without a lockfile: nothing to hold it to
+                  {**manifests("abbrev"), "package.json": '{"dependencies": {"@prisma/client": "5"}}'}):
+        project = ProjectFiles(make_repo(tmp_path / f"other-{len(list(tmp_path.iterdir()))}", files=other))
+        plan = installs(node_build(project), project, "node:20-bookworm-slim", context(1, kept))
+        assert (plan.installed, plan.from_base) == ("", "")
+
+
+@pytest.mark.uses("nestjs")
+def test_only_a_base_preview_s_injected_dependencies_stage_is_kept(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("nestjs"), files=manifests("abbrev"))
+    config = load_checkout_config(host, repo)
+
+    def rendered(pr: int, base: BaseDependencies | None = None):  # noqa: ANN202
+        made = context(pr, base)
+        event = PullRequestEvent(delivery_id="d", action="opened", deployment_id=made.deployment_id,
+                                 project_slug=made.project_slug, repo_owner="acme", repo_name="shop", pr_number=pr,
+                                 received_at=datetime.now(UTC))
+        return to_keep(event, made, render_deployment(host, repo, config, made))
+
+    as_base = rendered(BASE)
+    assert as_base.kept_dependencies == context(BASE).kept_dependencies()
+    assert rendered(1).kept_dependencies == ""  # a pull request's build is never what another one starts from
+    label = re.search(rf"^LABEL {re.escape(DEPENDENCIES_LABEL)}=(\S+)$", as_base.files[INJECTED_DOCKERFILE], re.M)
+    assert label is not None
+    # the base preview installed other manifests with the same build image: the pull request starts from them
+    base = BaseDependencies(image=as_base.kept_dependencies, installed=label[1].split("-")[0] + "-other")
+    dockerfile = rendered(1, base).files[INJECTED_DOCKERFILE]
+    assert dockerfile.startswith("# Injected") and f"\nFROM {base.image} AS dependencies\n" in dockerfile
+    assert f"\nLABEL {DEPENDENCIES_LABEL}={label[1]}\n" in dockerfile  # what this one installs from
+    assert "\nFROM node" not in dockerfile.split(" AS production-dependencies")[0]
+    # the repository's own Dockerfile: nothing kept, whatever its stages are called
+    (repo / "Dockerfile").write_text(f"FROM node:20 AS dependencies\nLABEL {DEPENDENCIES_LABEL}=x\nFROM node:20\n")
+    assert rendered(BASE).kept_dependencies == ""
+    # no other repository can name the kept image
+    assert context(BASE, repo="billing").kept_dependencies() != as_base.kept_dependencies
+
+
+def npm_lockfile(directory: Path) -> None:
+    """package-lock.json for `directory`'s package.json, as npm writes it in the build's /app (no network)."""
+    subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{directory}:/app", "-w", "/app",
+                    "po-standin/node:test", "npm", "install", "--package-lock-only", "--no-audit", "--no-fund"],
+                   check=True, capture_output=True, timeout=120)
+    (directory / "package-lock.json").chmod(0o644)
+
+
+PAGE = """const http = require("http");
+const fs = require("fs");
+const path = require("path");
+const message = fs.readFileSync(path.join(__dirname, "message.txt"), "utf8").trim();
+const has = (name) => { try { require.resolve(name); return name; } catch { return null; } };
+const packages = ["abbrev", "semver"].filter(has).join(",");
+http.createServer((req, res) => res.end(req.url === "/health" ? "ok" : `${message} with ${packages}\\n`))
+  .listen(Number(process.env.PORT));
+"""
+
+
+def image_labels(image: str) -> dict[str, str] | None:
+    found = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+                           capture_output=True, text=True, timeout=30)
+    return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+@pytest.mark.docker
+@pytest.mark.live
+@pytest.mark.uses("nestjs", "postgres")
+def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(tmp_path: Path) -> None:
+    sides = {}
+    for side, packages in (("a", ("abbrev",)), ("b", ("semver",)), ("c", ("abbrev", "semver"))):
+        directory = tmp_path / "manifests" / side
+        directory.mkdir(parents=True)
+        (directory / "package.json").write_text(manifests(*packages)["package.json"])
+        npm_lockfile(directory)
+        sides[side] = {name: (directory / name).read_text() for name in ("package.json", "package-lock.json")}
+    # commit A (the default branch) has abbrev; commit B replaces it with semver
+    repo = make_pr_repo(tmp_path / "repos", "nestjs", "main", config=config_for("nestjs"),
+                        files={"src/main.js": PAGE, **sides["a"]}, files_b=sides["b"])
+    bare = Path(repo.clone_url)
+    git(bare, "update-ref", "refs/heads/feature/semver", repo.sha_b)
+    git(bare, "update-ref", "refs/heads/main", repo.sha_a)
+    git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+    pull = PullRequestRepo(repo.clone_url, "feature/semver", repo.sha_a, repo.sha_b)
+    stack = start_stack(tmp_path / "stack", BASE_PREVIEWS="Codertocat/Hello-World", RECONCILE_INTERVAL_MINUTES="0")
+    try:
+        body = push_payload("refs/heads/main", repo.sha_a, repo.clone_url, "main")
+        assert web.post(f"{stack.service.url}/webhook/codehost", content=body,
+                        headers=webhook_headers(body, event="push"), timeout=10).status_code == 200
+        stack.wait_for(BASE, "running", repo.sha_a)
+        kept = [image for image in subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}"],
+                                                  capture_output=True, text=True, check=True).stdout.split()
+                if image.startswith("po-build/") and image.endswith("-dependencies")]
+        assert len(kept) == 1, kept
+        labels = image_labels(kept[0])
+        assert labels is not None and labels[DEPENDENCIES_LABEL] and labels["dev.preview-orchestrator.deployment"] \
+            == f"{SLUG}-base"
+        # the pull request: semver instead of abbrev. npm install on the base preview's node_modules adds one and
+        # removes the other, and the lockfile is kept to
+        stack.send("opened", 1, pull, repo.sha_b)
+        stack.wait_for(1, "running", repo.sha_b)
+        stack.wait_page(1, "commit B with semver\n")
+        log = stack.logs(1)
+        assert "npm install --no-audit --no-fund && cmp -s package-lock.json /tmp/lockfile" in log
+        assert "removed 1 package" in log and "added 1 package" in log
+        # a lockfile out of step with package.json: npm install would rewrite it, so npm ci runs, and refuses it
+        # as it would have without a base preview
+        out_of_step = make_pr_repo(tmp_path / "repos2", "nestjs", "main", config=config_for("nestjs"),
+                                   files={"src/main.js": PAGE, **sides["a"]},
+                                   files_b={"package.json": sides["c"]["package.json"]})
+        stack.send("opened", 2, out_of_step, out_of_step.sha_b)
+        stack.wait_for(2, "failed", out_of_step.sha_b)
+        assert "can only install packages when your package.json and package-lock.json" in stack.logs(2)
+        # the base preview's removal takes its kept dependencies with it
+        assert web.delete(f"{stack.service.url}/api/previews/{SLUG}-base", timeout=60).status_code == 200
+        stack.wait_gone(BASE)
+        wait_until(lambda: image_labels(kept[0]) is None, timeout=30, message="the kept dependencies removed")
+    finally:
+        stop_stack(stack)
