@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,8 +37,8 @@ KEY = b"k"
 NPM_PACKAGES = "/usr/local/lib/node_modules/npm/node_modules"  # in the node stand-in, as in node's own image
 
 
-def manifests(*packages: str) -> dict[str, str]:
-    return {"package.json": json.dumps({"name": "sample", "version": "1.0.0", "private": True,
+def manifests(*packages: str, nonce: str = "") -> dict[str, str]:
+    return {"package.json": json.dumps({"name": "sample", "version": "1.0.0", "private": True, "description": nonce,
                                         "scripts": {"build": "node build.js"},  # the sample's dist/main.js
                                         "dependencies": {name: f"file:{NPM_PACKAGES}/{name}" for name in packages}}),
             "package-lock.json": "{}"}
@@ -64,6 +65,11 @@ def test_a_pull_request_starts_from_the_base_preview_s_dependencies_only_when_it
     assert plan.from_base == kept.image and plan.installed not in ("", base)
     same = ProjectFiles(make_repo(tmp_path / "same", files=manifests("abbrev")))  # a change of code: the cache
     assert installs(node_build(same), same, "node:20-bookworm-slim", context(1, kept)).from_base == ""
+    # the base installed from npm-shrinkwrap.json: its /app would hold it, which npm prefers to package-lock.json
+    shrinkwrap = {**manifests("abbrev"), "npm-shrinkwrap.json": "{}"}
+    del shrinkwrap["package-lock.json"]
+    wrapped = BaseDependencies(image=kept.image, installed=labelled(tmp_path / "wrapped", shrinkwrap))
+    assert installs(node_build(changed), changed, "node:20-bookworm-slim", context(1, wrapped)).from_base == ""
     # another build image (IMAGE_OVERRIDES, a new template): its node_modules may not run there
     assert installs(node_build(changed), changed, "node:22-bookworm-slim", context(1, kept)).from_base == ""
     for other in ({"package.json": "{}", "yarn.lock": ""}, {"package.json": "{}", "pnpm-lock.yaml": ""},
@@ -123,6 +129,12 @@ http.createServer((req, res) => res.end(req.url === "/health" ? "ok" : `${messag
 """
 
 
+def image_id(image: str) -> str | None:
+    found = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
+                           capture_output=True, text=True, timeout=30)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
 def image_labels(image: str) -> dict[str, str] | None:
     found = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
                            capture_output=True, text=True, timeout=30)
@@ -134,10 +146,11 @@ def image_labels(image: str) -> dict[str, str] | None:
 @pytest.mark.uses("nestjs", "postgres")
 def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(tmp_path: Path) -> None:
     sides = {}
+    nonce = uuid.uuid4().hex  # what the build installs from is new to the engine's cache: the installs run
     for side, packages in (("a", ("abbrev",)), ("b", ("semver",)), ("c", ("abbrev", "semver"))):
         directory = tmp_path / "manifests" / side
         directory.mkdir(parents=True)
-        (directory / "package.json").write_text(manifests(*packages)["package.json"])
+        (directory / "package.json").write_text(manifests(*packages, nonce=nonce)["package.json"])
         npm_lockfile(directory)
         sides[side] = {name: (directory / name).read_text() for name in ("package.json", "package-lock.json")}
     # commit A (the default branch) has abbrev; commit B replaces it with semver
@@ -177,6 +190,15 @@ def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(
         stack.send("opened", 2, out_of_step, out_of_step.sha_b)
         stack.wait_for(2, "failed", out_of_step.sha_b)
         assert "can only install packages when your package.json and package-lock.json" in stack.logs(2)
+        # the default branch moves to commit B (other manifests): the name is kept for the new install, and the
+        # image it stood for goes
+        before = image_id(kept[0])
+        git(bare, "update-ref", "refs/heads/main", repo.sha_b)
+        body = push_payload("refs/heads/main", repo.sha_b, repo.clone_url, "main")
+        assert web.post(f"{stack.service.url}/webhook/codehost", content=body,
+                        headers=webhook_headers(body, event="push"), timeout=10).status_code == 200
+        stack.wait_for(BASE, "running", repo.sha_b)
+        assert before is not None and image_id(kept[0]) not in (None, before) and image_id(before) is None
         # the base preview's removal takes its kept dependencies with it
         assert web.delete(f"{stack.service.url}/api/previews/{SLUG}-base", timeout=60).status_code == 200
         stack.wait_gone(BASE)

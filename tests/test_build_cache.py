@@ -69,6 +69,10 @@ def test_comments_never_show_a_cache_id(make_settings: SettingsFactory) -> None:
     masked = engine_for(make_settings()).context.mask(line)
     assert CACHE_ID_PREFIX in line and MOUNT.search(line)
     assert masked == f"#9 [app build 5/5] RUN --mount=type=cache,id={CACHE_ID_PREFIX}***,target={GO_CACHE} go build ."
+    # nor a built image's keyed name (a base preview's kept dependencies are one, read by other builds)
+    line = f"#2 [dependencies 1/3] FROM docker.io/{context.kept_dependencies()}:latest"
+    masked = engine_for(make_settings()).context.mask(line)
+    assert masked == "#2 [dependencies 1/3] FROM docker.io/po-build/***-dependencies:latest"
 
 
 def compose_build(directory: Path, project: str) -> str:

@@ -63,13 +63,15 @@ def test_log_is_served_as_text_with_secrets_masked(client: testing.TestClient, s
                                                    settings: Settings) -> None:
     put(store, 7)
     cache = "#9 RUN --mount=type=cache,target=/root/.npm,id=po-cache-0123456789abcdef0123456789abcdef npm ci"
-    write_log(settings, 7, f"$ git clone\nremote: using {TOKEN}\n{cache}\nexit 0\n")
+    built = "#12 naming to docker.io/po-build/7f798c9589209d9e72ce267edf43488a-app done"
+    write_log(settings, 7, f"$ git clone\nremote: using {TOKEN}\n{cache}\n{built}\nexit 0\n")
     result = client.simulate_get("/api/previews/codertocat-hello-world-7/logs")
     assert result.status_code == 200
     assert result.headers["content-type"] == "text/plain; charset=utf-8"
-    # a repository's cache ids too: known, a base image's ONBUILD could write into that cache
+    # a repository's cache ids and built images' names too: a base image's ONBUILD could write into that cache
     assert result.text == ("$ git clone\nremote: using ***\n"
-                           "#9 RUN --mount=type=cache,target=/root/.npm,id=po-cache-*** npm ci\nexit 0\n")
+                           "#9 RUN --mount=type=cache,target=/root/.npm,id=po-cache-*** npm ci\n"
+                           "#12 naming to docker.io/po-build/***-app done\nexit 0\n")
 
 
 def test_log_errors_are_the_usual_json(client: testing.TestClient, store: DeploymentStore,

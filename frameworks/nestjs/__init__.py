@@ -49,20 +49,23 @@ class NodeBuild:
 
 
 def installs(plan: NodeBuild, project: ProjectFiles, build_image: str, context: RenderContext) -> NodeBuild:
-    """`plan` with its label (the build image's digest, then the manifests'), and the base preview's installed
-    dependencies to start from when the repository has them for the same build image and other manifests. Only
-    npm's lockfile with the production stage: `npm install` keeps to a lockfile as `npm ci` does (the template checks
-    that it did); the other package managers' incremental installs are not checked so."""
+    """`plan` with its label (a digest of the build image's name, the install and the lockfile's name, then one of
+    the manifests), and the base preview's installed dependencies to start from when the repository has them for the
+    same first part and other manifests. Only npm's lockfile with the production stage: `npm install` keeps to a
+    lockfile as `npm ci` does (the template checks that it did); the other package managers' incremental installs
+    are not checked so."""
     if plan.install != "npm ci" or not plan.production_stage:
         return plan
-    manifests = [project.read_text(name) for name in ["package.json", *plan.lockfiles]]
+    names = ["package.json", *plan.lockfiles]
+    manifests = [project.read_text(name) for name in names]
     if any(text is None for text in manifests):  # a manifest over ProjectFiles' bound: no label, installed as before
         return plan
-    image = hashlib.sha256(f"{build_image}\0{plan.install}".encode()).hexdigest()[:16]
-    installed = f"{image}-{hashlib.sha256(chr(0).join(map(str, manifests)).encode()).hexdigest()[:32]}"
+    how = hashlib.sha256("\0".join([build_image, plan.install, *names]).encode()).hexdigest()[:16]
+    installed = f"{how}-{hashlib.sha256(chr(0).join(map(str, manifests)).encode()).hexdigest()[:32]}"
     base = context.base_dependencies
-    usable = base is not None and base.installed != installed and base.installed.startswith(f"{image}-")
-    return replace(plan, installed=installed, from_base=base.image if usable and base is not None else "")
+    if base is None or base.installed == installed or not base.installed.startswith(f"{how}-"):
+        return replace(plan, installed=installed)
+    return replace(plan, installed=installed, from_base=base.image)
 
 
 def node_build(project: ProjectFiles) -> NodeBuild:

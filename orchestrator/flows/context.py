@@ -19,7 +19,7 @@ from orchestrator.common.secret_files import random_key, read_or_create
 from orchestrator.flows.handler import FlowError
 from orchestrator.observability.metrics import Metrics
 from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure
-from orchestrator.plugin_api.types import CACHE_ID_PREFIX
+from orchestrator.plugin_api.types import BUILT_IMAGES, CACHE_ID_PREFIX
 from orchestrator.rendering.compose_file import GENERATED_COMPOSE, REPO_COMPOSE_OUTPUT
 from orchestrator.rendering.plugin_host import CodeHosts, PluginHost
 from orchestrator.settings import Settings
@@ -27,7 +27,13 @@ from orchestrator.state.store import DeploymentStore
 
 log = logging.getLogger("orchestrator.flows")
 
-CACHE_ID = re.compile(re.escape(CACHE_ID_PREFIX) + "[0-9a-f]+")
+# Keyed names a build's output shows: cache ids, and built images (a base preview's kept dependencies among them);
+# each is hidden from anyone who might write a Dockerfile that names it (a base image's ONBUILD, `ARG` in a FROM).
+KEYED_NAME = re.compile(f"({re.escape(CACHE_ID_PREFIX)}|{re.escape(BUILT_IMAGES)}/)[0-9a-f]{{8,}}")
+
+
+def mask_keyed_names(text: str) -> str:
+    return KEYED_NAME.sub(r"\1***", text)
 
 
 class StepFailed(Exception):
@@ -123,11 +129,12 @@ class FlowContext:
         return self._codehosts.masked([*self.settings.secret_values(), *self.runtime.secrets()])
 
     def mask(self, text: str) -> str:
-        """The service's own secrets never reach a comment, nor the ids of build caches (a build's output names
-        them; a pull request's own Dockerfile that knew one could write into that cache)."""
+        """The service's own secrets never reach a comment, nor the keyed names of build caches and built images (a
+        build's output names them; a pull request's own Dockerfile that knew one could write into that cache, or
+        read another repository's image by a name put together from variables)."""
         for secret in self.secrets():
             text = text.replace(secret, "***")
-        return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text)
+        return mask_keyed_names(text)
 
     def limit_message(self) -> str:
         return (f"Preview limit reached: {self.settings.max_concurrent_previews} previews exist "

@@ -24,18 +24,23 @@ class KeptStages:
 
     def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
                    log: DeploymentLog, control: FlowControl) -> None:
-        keep_stage(self.compose, deployment_id, compose_file, service, stage, image, log, control)
+        keep_stage(self.compose, self.docker, deployment_id, compose_file, service, stage, image, log, control)
 
     def image_label(self, image: str, label: str) -> str | None:
         return image_label(self.docker, image, label)
 
 
-def keep_stage(compose: Compose, project: str, compose_file: Path, service: str, stage: str, image: str,
-               log: DeploymentLog, control: FlowControl) -> None:
-    """Build `service` once more to `stage` as `image`: every step is in the cache the build just filled, so
-    this costs BuildKit's look at it. The compose file is the renderer's (the service's own), read as data."""
-    document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
-    build = dict(document["services"][service]["build"])
+def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_file: Path, service: str, stage: str,
+               image: str, log: DeploymentLog, control: FlowControl) -> None:
+    """Build `service` once more to `stage` as `image`: every step is in the cache the build just filled, so this
+    costs BuildKit's look at it. The compose file is the renderer's (the service's own), read as data. The image the
+    name stood for before (the base preview's last commit's) is removed once nothing else names it."""
+    before = image_id(docker, image)
+    try:
+        document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
+        build = dict(document["services"][service]["build"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise RuntimeFailure(f"The build's {stage} stage could not be kept", str(exc)) from None
     # absolute: the file that builds it is written elsewhere
     build["context"] = os.path.normpath(compose_file.parent / str(build.get("context", ".")))
     build["target"] = stage
@@ -46,6 +51,18 @@ def keep_stage(compose: Compose, project: str, compose_file: Path, service: str,
             compose.build(project, staged, log, control)
         except CommandFailed as exc:
             raise RuntimeFailure(f"The build's {stage} stage could not be kept", exc.tail()) from None
+    if before is not None and before != image_id(docker, image):
+        try:  # without --force: an image another tag or a container still uses stays
+            docker.command(["image", "rm", before], log)
+        except CommandFailed:
+            pass
+
+
+def image_id(docker: DockerResources, image: str) -> str | None:
+    try:
+        return docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip() or None
+    except CommandFailed:
+        return None
 
 
 def image_label(docker: DockerResources, image: str, label: str) -> str | None:

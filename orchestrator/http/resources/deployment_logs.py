@@ -16,7 +16,7 @@ from falcon.asgi import Request, Response
 
 from orchestrator.common.deployment_log import deployment_log_path
 from orchestrator.events.inbox import Inbox
-from orchestrator.flows.context import CACHE_ID, CACHE_ID_PREFIX
+from orchestrator.flows.context import mask_keyed_names
 from orchestrator.state.records import DeploymentRecord
 from orchestrator.state.store import DeploymentStore
 
@@ -74,8 +74,8 @@ class DeploymentLogResource:
         for secret in self._secrets():
             if secret:
                 text = text.replace(secret, "***")
-        # A build's output names the repository's cache ids: known, a base image's ONBUILD could write there.
-        return CACHE_ID.sub(f"{CACHE_ID_PREFIX}***", text).encode()
+        # A build's output names the repository's cache ids and built images (flows/context.py)
+        return mask_keyed_names(text).encode()
 
 
 def _read_all(path: Path) -> bytes:
