@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from frameworks.nestjs import installs, node_build
+from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import BASE
 from orchestrator.flows.base_dependencies import to_keep
 from orchestrator.plugin_api.project_files import ProjectFiles
@@ -25,6 +26,8 @@ from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, BaseDependencies, 
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
 from orchestrator.rendering.plugin_host import PluginHost
+from orchestrator.runtime.compose_cli import DockerResources
+from orchestrator.runtime.kept_stages import kept_check
 from orchestrator.state.records import PullRequestEvent
 from tests.support import web
 from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
@@ -174,6 +177,9 @@ def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(
         labels = image_labels(kept[0])
         assert labels is not None and labels[DEPENDENCIES_LABEL] and labels["dev.preview-orchestrator.deployment"] \
             == f"{SLUG}-base"
+        line = kept_check(DockerResources(HostEnv.for_state_dir(tmp_path))).line()  # doctor's
+        assert re.search(r"kept dependencies \(BASE_PREVIEWS\): [1-9]\d* base previews?'s? installed dependencies, "
+                         r"[1-9]\d* MB", line), line
         # the pull request: semver instead of abbrev. npm install on the base preview's node_modules adds one and
         # removes the other, and the lockfile is kept to
         stack.send("opened", 1, pull, repo.sha_b)

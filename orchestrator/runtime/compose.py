@@ -140,8 +140,8 @@ class ComposeRuntime(KeptStages, Runtime):
         return [] if self.data_seeds is None else warm_pools(self.data_seeds.state_dir)
 
     def checks(self) -> list[Check]:
-        """doctor's line of the repositories' seeds this runtime keeps (Runtime's `checks`)."""
-        return [] if self.data_seeds is None else [self.data_seeds.check()]
+        """doctor's lines of the base previews' dependencies and the repositories' seeds this runtime keeps."""
+        return [self.kept_check(), *([] if self.data_seeds is None else [self.data_seeds.check()])]
 
     def start_dependencies(self, deployment_id: str, compose_file: Path, log: DeploymentLog,
                            control: FlowControl) -> None:

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.plugin_api import CommandFailed, DeploymentLog, FlowControl, RuntimeFailure, dump_compose
+from orchestrator.plugin_api import (
+    DEPENDENCIES_STAGE,
+    Check,
+    CommandFailed,
+    DeploymentLog,
+    FlowControl,
+    RuntimeFailure,
+    dump_compose,
+)
+from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.runtime.compose_cli import Compose, DockerResources
 
 
@@ -28,6 +37,9 @@ class KeptStages:
 
     def image_label(self, image: str, label: str) -> str | None:
         return image_label(self.docker, image, label)
+
+    def kept_check(self) -> Check:
+        return kept_check(self.docker)
 
 
 def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_file: Path, service: str, stage: str,
@@ -73,3 +85,18 @@ def image_label(docker: DockerResources, image: str, label: str) -> str | None:
         return None
     value = labels.get(label) if isinstance(labels, dict) else None
     return value if isinstance(value, str) else None
+
+
+def kept_check(docker: DockerResources) -> Check:
+    """doctor's line of the base previews' kept dependencies: how many, and their disk."""
+    name = "kept dependencies (BASE_PREVIEWS)"
+    try:
+        ids = docker.command(["image", "ls", "--quiet", "--no-trunc", "--filter",
+                              f"reference={BUILT_IMAGES}/*-{DEPENDENCIES_STAGE}"]).split()
+        sizes = docker.command(["image", "inspect", "--format", "{{.Size}}", *ids]).split() if ids else []
+    except CommandFailed as exc:
+        return Check(name, False, f"not listed: {exc}", "check the Docker engine")
+    total = sum(int(size) for size in sizes if size.isdigit())
+    whose = "base preview's" if len(ids) == 1 else "base previews'"
+    return Check(name, True, f"{len(ids)} {whose} installed dependencies, {total / 2**20:.0f} MB, for their pull "
+                             "requests to start from (removed with them)")
