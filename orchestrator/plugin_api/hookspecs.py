@@ -113,6 +113,9 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
     None: not your framework. Use `context.image(name)` for every base image (IMAGE_OVERRIDES), run the
     app as a non-root user that can write where the framework needs to, and use `config.app_entrypoint` in
     CMD. `project` is a read-only view of the checkout (lockfiles, manifests) to choose how to build.
+    A stage named DEPENDENCIES_STAGE that carries `LABEL {DEPENDENCIES_LABEL}=<what it installs from>` is kept
+    after a base preview's build; a pull request's `context.base_dependencies` then names it, for the template to
+    start from when its own label differs (frameworks/nestjs shows how, and how it checks the result).
     """
 
 
