@@ -12,27 +12,37 @@ import json
 import re
 import subprocess
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from frameworks.nestjs import installs, node_build
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import BASE
-from orchestrator.flows.base_dependencies import to_keep
+from orchestrator.flows.base_dependencies import keep, to_keep, with_base
 from orchestrator.plugin_api.project_files import ProjectFiles
+from orchestrator.plugin_api.runtime import RuntimeFailure
 from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, BaseDependencies, RenderContext
 from orchestrator.rendering.checkout_config import load_checkout_config
-from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
+from orchestrator.rendering.compose_file import (
+    INJECTED_DOCKERFILE,
+    RenderedDeployment,
+    make_context,
+    render_deployment,
+)
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.compose_cli import DockerResources
 from orchestrator.runtime.kept_stages import kept_check
 from orchestrator.state.records import PullRequestEvent
+from orchestrator.state.store import DeploymentStore
 from tests.support import web
 from tests.support.git_repos import PullRequestRepo, git, make_pr_repo
 from tests.support.live import wait_until
 from tests.support.payloads import push_payload, webhook_headers
+from tests.support.records import sample_record, track
 from tests.support.repos import config_for, make_repo
 from tests.support.stack import SLUG, start_stack, stop_stack
 
@@ -90,10 +100,7 @@ def test_only_a_base_preview_s_injected_dependencies_stage_is_kept(host: PluginH
 
     def rendered(pr: int, base: BaseDependencies | None = None):  # noqa: ANN202
         made = context(pr, base)
-        event = PullRequestEvent(delivery_id="d", action="opened", deployment_id=made.deployment_id,
-                                 project_slug=made.project_slug, repo_owner="acme", repo_name="shop", pr_number=pr,
-                                 received_at=datetime.now(UTC))
-        return to_keep(event, made, render_deployment(host, repo, config, made))
+        return to_keep(event(pr), made, render_deployment(host, repo, config, made))
 
     as_base = rendered(BASE)
     assert as_base.kept_dependencies == context(BASE).kept_dependencies()
@@ -111,6 +118,63 @@ def test_only_a_base_preview_s_injected_dependencies_stage_is_kept(host: PluginH
     assert rendered(BASE).kept_dependencies == ""
     # no other repository can name the kept image
     assert context(BASE, repo="billing").kept_dependencies() != as_base.kept_dependencies
+
+
+def event(pr: int, owner: str = "acme", name: str = "shop", codehost: str = "github") -> PullRequestEvent:
+    made = context(pr, repo=name)
+    return PullRequestEvent(delivery_id="d", action="opened", deployment_id=made.deployment_id,
+                            project_slug=made.project_slug, repo_owner=owner, repo_name=name, pr_number=pr,
+                            received_at=datetime.now(UTC), codehost=codehost)
+
+
+class KeepingRuntime:
+    """The runtime's two calls, recorded; `label` is what the engine's kept image says, None when it is absent."""
+
+    def __init__(self, label: str | None = "abc-def", fails: bool = False) -> None:
+        self.label, self.fails, self.asked, self.kept = label, fails, [], []
+
+    def image_label(self, image: str, label: str) -> str | None:
+        self.asked.append(image)
+        return self.label
+
+    def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
+                   log: object, control: object) -> None:
+        if self.fails:
+            raise RuntimeFailure("The build's dependencies stage could not be kept", "no space left on device")
+        self.kept.append((deployment_id, service, stage, image))
+
+
+def test_a_pull_request_looks_only_for_its_own_repository_s_base_preview_s_dependencies(tmp_path: Path) -> None:
+    store = DeploymentStore(tmp_path / "deployments.json")
+    runtime = KeepingRuntime()
+    flows = SimpleNamespace(store=store, runtime=runtime)
+    assert with_base(flows, event(1), context(1)).base_dependencies is None  # no base preview: no look at all
+    assert runtime.asked == []
+    track(tmp_path / "deployments.json", sample_record(BASE, "acme", "shop"))
+    found = with_base(flows, event(1), context(1)).base_dependencies
+    assert found == BaseDependencies(image=context(1).kept_dependencies(), installed="abc-def")
+    # Gitea's acme/shop has the same slug, not the same repository; a base preview renders without its own
+    assert with_base(flows, event(1, codehost="gitea"), context(1)).base_dependencies is None
+    assert with_base(flows, event(BASE), context(BASE)).base_dependencies is None
+    assert runtime.asked == [context(1).kept_dependencies()]
+    runtime.label = None  # not kept (another framework, the swarm runtime, removed)
+    assert with_base(flows, event(1), context(1)).base_dependencies is None
+
+
+def test_a_dependencies_stage_that_cannot_be_kept_does_not_fail_the_base_preview(tmp_path: Path) -> None:
+    rendered = RenderedDeployment(compose_file="c.yml", compose={}, kept_dependencies="po-build/x-dependencies")
+    notes: list[str] = []
+    log = SimpleNamespace(note=notes.append)
+    runtime = KeepingRuntime(fails=True)
+    keep(SimpleNamespace(runtime=runtime), event(BASE), rendered, tmp_path / "c.yml", log, None)
+    assert notes == ["The build's dependencies stage could not be kept: pull requests install their dependencies "
+                     "from nothing (no space left on device)"]
+    runtime.fails = False
+    keep(SimpleNamespace(runtime=runtime), event(BASE), rendered, tmp_path / "c.yml", log, None)
+    assert runtime.kept == [("acme-shop-base", "app", "dependencies", "po-build/x-dependencies")]
+    keep(SimpleNamespace(runtime=runtime), event(1), replace(rendered, kept_dependencies=""), tmp_path / "c.yml",
+         log, None)
+    assert len(runtime.kept) == 1
 
 
 def npm_lockfile(directory: Path) -> None:
