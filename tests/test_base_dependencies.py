@@ -22,9 +22,9 @@ import pytest
 from frameworks.nestjs import installs, node_build
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import BASE
-from orchestrator.flows.base_dependencies import keep, to_keep, with_base
+from orchestrator.flows.base_dependencies import keep, pools, to_keep, with_base
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import KeptImage, RuntimeFailure, WarmPool
 from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, BaseDependencies, RenderContext
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import (
@@ -44,7 +44,7 @@ from tests.support.live import wait_until
 from tests.support.payloads import push_payload, webhook_headers
 from tests.support.records import sample_record, track
 from tests.support.repos import config_for, make_repo
-from tests.support.stack import SLUG, start_stack, stop_stack
+from tests.support.stack import SLUG, Stack, start_stack, stop_stack
 
 KEY = b"k"
 NPM_PACKAGES = "/usr/local/lib/node_modules/npm/node_modules"  # in the node stand-in, as in node's own image
@@ -133,9 +133,10 @@ class KeepingRuntime:
     def __init__(self, label: str | None = "abc-def", fails: bool = False) -> None:
         self.label, self.fails, self.asked, self.kept = label, fails, [], []
 
-    def image_label(self, image: str, label: str) -> str | None:
+    def kept_image(self, image: str) -> KeptImage | None:
         self.asked.append(image)
-        return self.label
+        labels = {} if self.label is None else {DEPENDENCIES_LABEL: self.label}
+        return KeptImage(id="sha256:1", labels=labels, size_bytes=300 * 2**20, created_at=0.0)
 
     def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
                    log: object, control: object) -> None:
@@ -159,6 +160,21 @@ def test_a_pull_request_looks_only_for_its_own_repository_s_base_preview_s_depen
     assert runtime.asked == [context(1).kept_dependencies()]
     runtime.label = None  # not kept (another framework, the swarm runtime, removed)
     assert with_base(flows, event(1), context(1)).base_dependencies is None
+
+
+def test_the_dashboard_lists_each_base_preview_s_kept_dependencies_apart_from_the_seeds_bound(tmp_path: Path) -> None:
+    store = DeploymentStore(tmp_path / "deployments.json")
+    track(tmp_path / "deployments.json", sample_record(BASE, "acme", "shop"))
+    track(tmp_path / "deployments.json", sample_record(1, "acme", "shop"))  # a pull request keeps none
+    runtime = KeepingRuntime()
+    flows = SimpleNamespace(store=store, runtime=runtime, password_key=lambda: KEY)
+    [pool] = pools(flows)
+    assert pool == WarmPool(repository="github/acme/shop", kind="installed dependencies", count=1,
+                            detail="the base preview's, for its pull requests to install on top of",
+                            size_bytes=300 * 2**20, bound="BASE_PREVIEWS")
+    assert runtime.asked == [context(BASE).kept_dependencies()]  # the base preview's name, not a pull request's
+    runtime.label = None  # an image of that name without the label is not one the service kept
+    assert pools(flows) == []
 
 
 def test_a_dependencies_stage_that_cannot_be_kept_does_not_fail_the_base_preview(tmp_path: Path) -> None:
@@ -208,6 +224,13 @@ def image_labels(image: str) -> dict[str, str] | None:
     return json.loads(found.stdout) if found.returncode == 0 else None
 
 
+def kept_on_dashboard(stack: Stack) -> list[str]:
+    """The dashboard's "Kept warm" rows: repository, what, how many."""
+    page = web.get(f"{stack.service.url}/dashboard", timeout=30).text
+    table = page.split('<table id="pools"', 1)[1].split("</tbody>", 1)[0]
+    return [" ".join(re.findall(r"<td[^>]*>([^<]*)</td>", row)[:3]) for row in table.split("<tr>")[2:]]
+
+
 @pytest.mark.docker
 @pytest.mark.live
 @pytest.mark.uses("nestjs", "postgres")
@@ -244,6 +267,7 @@ def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(
         line = kept_check(DockerResources(HostEnv.for_state_dir(tmp_path))).line()  # doctor's
         assert re.search(r"kept dependencies \(BASE_PREVIEWS\): [1-9]\d* base previews?'s? installed dependencies, "
                          r"[1-9]\d* MB", line), line
+        assert kept_on_dashboard(stack) == ["github/codertocat/hello-world installed dependencies 1"]
         # the pull request: semver instead of abbrev. npm install on the base preview's node_modules adds one and
         # removes the other, and the lockfile is kept to
         stack.send("opened", 1, pull, repo.sha_b)
@@ -273,5 +297,6 @@ def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(
         assert web.delete(f"{stack.service.url}/api/previews/{SLUG}-base", timeout=60).status_code == 200
         stack.wait_gone(BASE)
         wait_until(lambda: image_labels(kept[0]) is None, timeout=30, message="the kept dependencies removed")
+        assert kept_on_dashboard(stack) == []
     finally:
         stop_stack(stack)

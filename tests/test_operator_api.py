@@ -19,6 +19,7 @@ from orchestrator.codehosts.github import GitHub, api_client
 from orchestrator.common.commands import DeploymentLog, deployment_log_path, run
 from orchestrator.http.app import create_app
 from orchestrator.observability.metrics import Metrics
+from orchestrator.plugin_api import WarmPool
 from orchestrator.runtime.seed_catalogue import SeedInfo, record_seed, warm_pools
 from orchestrator.settings import Settings
 from orchestrator.state.records import DeploymentRecord, StoreFile
@@ -178,15 +179,20 @@ def test_dashboard_lists_what_the_runtime_keeps_warm_per_repository(settings: Se
     spares.mkdir(parents=True)
     for nonce in ("00000001", "00000002"):  # two free spares of the first seed, none of the second
         (spares / f"po-spare-0123456789ab-{'a' * 20}-{nonce}").write_text("{}")
-    handler.pools = lambda: warm_pools(tmp_path / "state")  # type: ignore[attr-defined]
+    # a base preview's installed dependencies (flows/base_dependencies.py): listed, bounded by BASE_PREVIEWS
+    dependencies = WarmPool(repository="github/acme/shop", kind="installed dependencies", count=1,
+                            size_bytes=900 * 2**20, bound="BASE_PREVIEWS")
+    handler.pools = lambda: [*warm_pools(tmp_path / "state"), dependencies]  # type: ignore[attr-defined]
     html = testing.TestClient(create_app(settings, handler)).simulate_get("/dashboard").text
     table = html.split('<table id="pools"', 1)[1].split("</table>", 1)[0]
     rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
     assert [row[:4] for row in rows] == [["github/acme/shop", "database seed", "1", "300 MB"],
                                          ["github/acme/shop", "spare layers", "2", "600 MB"],
-                                         ["gitea/acme/api", "database seed", "1", "300 MB"]]
+                                         ["gitea/acme/api", "database seed", "1", "300 MB"],
+                                         ["github/acme/shop", "installed dependencies", "1", "900 MB"]]
     assert rows[0][4] == "2h00m ago" and "file &lt;b&gt;seeds/a.sql&lt;/b&gt;" in table and "<b>" not in table
-    assert f"1.17 GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB" in html
+    # the seeds' and spares' sum against their bound, without the dependencies
+    assert f"seeds and spares 1.17 GB of SEED_CACHE_GB {settings.seed_cache_gb:g} GB" in html
 
 
 def test_dashboard_says_when_nothing_is_kept_warm(client: testing.TestClient) -> None:

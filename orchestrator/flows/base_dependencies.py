@@ -18,9 +18,9 @@ from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import BASE
 from orchestrator.common.naming import deployment_id as make_deployment_id
 from orchestrator.flows.context import FlowContext
-from orchestrator.plugin_api.runtime import RuntimeFailure
+from orchestrator.plugin_api.runtime import RuntimeFailure, WarmPool
 from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, DEPENDENCIES_STAGE, BaseDependencies, RenderContext
-from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, RenderedDeployment
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, RenderedDeployment, make_context
 from orchestrator.state.records import PullRequestEvent
 
 # The injected Dockerfile's stage, with the label inside it (before the next FROM)
@@ -59,7 +59,25 @@ def with_base(c: FlowContext, event: PullRequestEvent, context: RenderContext) -
     if base is None or base.repository != event.repository:
         return context
     image = context.kept_dependencies()
-    installed = c.runtime.image_label(image, DEPENDENCIES_LABEL)
+    kept = c.runtime.kept_image(image)
+    installed = None if kept is None else kept.labels.get(DEPENDENCIES_LABEL)
     if installed is None:
         return context
     return context.model_copy(update={"base_dependencies": BaseDependencies(image=image, installed=installed)})
+
+
+def pools(c: FlowContext) -> list[WarmPool]:
+    """Each base preview's kept dependencies, as the dashboard lists what is kept warm: one per base preview
+    (BASE_PREVIEWS bounds them), not counted against SEED_CACHE_GB."""
+    found = []
+    for record in c.store.read().deployments.values():
+        if record.prNumber != BASE:
+            continue
+        context = make_context(record.repoOwner, record.repoName, BASE, record.exposedAppPort, record.exposedDbPort,
+                               c.password_key(), repository=record.repository)
+        kept = c.runtime.kept_image(context.kept_dependencies())
+        if kept is not None and DEPENDENCIES_LABEL in kept.labels:
+            found.append(WarmPool(repository=record.repository, kind="installed dependencies",
+                                  detail="the base preview's, for its pull requests to install on top of",
+                                  count=1, size_bytes=kept.size_bytes, used_at=None, bound="BASE_PREVIEWS"))
+    return found

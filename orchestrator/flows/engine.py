@@ -18,7 +18,7 @@ import logging
 from datetime import datetime
 
 from orchestrator.common.flow_control import FlowControl, unlimited
-from orchestrator.flows import comments
+from orchestrator.flows import base_dependencies, comments
 from orchestrator.flows.base_previews import BasePreviews
 from orchestrator.flows.cleanup import CleanupFlow
 from orchestrator.flows.commands import CommandFlow
@@ -120,7 +120,7 @@ class DeployEngine:
         return self.runtime.collect_garbage()
 
     def pools(self) -> list[WarmPool]:
-        return self.runtime.pools()
+        return self.runtime.pools() + base_dependencies.pools(self.context)
 
     @property
     def garbage_interval_seconds(self) -> float:

@@ -38,7 +38,7 @@ from orchestrator.plugin_api.issue_comments import find_issue_comment, upsert_is
 from orchestrator.plugin_api.own_settings import OwnSettings, ServerHostSettings, read_own_settings
 from orchestrator.plugin_api.preview_config import ConfigError, PreviewConfig
 from orchestrator.plugin_api.project_files import ProjectFiles
-from orchestrator.plugin_api.runtime import Runtime, RuntimeFailure, RuntimeSpec, SeedFailed, WarmPool
+from orchestrator.plugin_api.runtime import KeptImage, Runtime, RuntimeFailure, RuntimeSpec, SeedFailed, WarmPool
 from orchestrator.plugin_api.templating import render_template
 from orchestrator.plugin_api.types import (
     DEPENDENCIES_LABEL,
@@ -126,6 +126,7 @@ __all__ = [
     "RuntimeFailure",
     "RuntimeSpec",
     "WarmPool",
+    "KeptImage",
     "SeedFailed",
     "SEED_INPUT",
     "SEED_MOUNT",

@@ -51,6 +51,20 @@ class WarmPool(BaseModel):
     count: int = Field(ge=0)
     size_bytes: int = Field(ge=0)
     used_at: float | None = Field(default=None, description="When a preview last used it (seconds since the epoch)")
+    bound: str = Field(default="SEED_CACHE_GB", description="The setting that bounds it: SEED_CACHE_GB (the "
+                                                            "dashboard sums these against it), BASE_PREVIEWS (one "
+                                                            "each)")
+
+
+class KeptImage(BaseModel):
+    """A local image the runtime kept (`kept_image`): a base preview's installed dependencies."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    size_bytes: int = Field(ge=0)
+    created_at: float = Field(description="Seconds since the epoch")
 
 
 class RuntimeFailure(Exception):
@@ -232,8 +246,9 @@ class Runtime:
         on (a base preview's installed dependencies, RenderContext.base_dependencies). Nothing here: a runtime
         that does not keep one builds every pull request's dependencies from nothing, which is always correct."""
 
-    def image_label(self, image: str, label: str) -> str | None:
-        """`label` of the local image `image`; None when either is absent (and here, where nothing is kept)."""
+    def kept_image(self, image: str) -> KeptImage | None:
+        """The local image `image` (its id, labels, size); None when it is absent (and here, where nothing is
+        kept)."""
         return None
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:

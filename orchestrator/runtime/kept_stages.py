@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -18,6 +19,7 @@ from orchestrator.plugin_api import (
     CommandFailed,
     DeploymentLog,
     FlowControl,
+    KeptImage,
     RuntimeFailure,
     dump_compose,
 )
@@ -26,7 +28,7 @@ from orchestrator.runtime.compose_cli import Compose, DockerResources
 
 
 class KeptStages:
-    """Runtime.keep_stage and Runtime.image_label for a runtime that builds with compose on its own engine."""
+    """Runtime.keep_stage and Runtime.kept_image for a runtime that builds with compose on its own engine."""
 
     compose: Compose
     docker: DockerResources
@@ -35,8 +37,8 @@ class KeptStages:
                    log: DeploymentLog, control: FlowControl) -> None:
         keep_stage(self.compose, self.docker, deployment_id, compose_file, service, stage, image, log, control)
 
-    def image_label(self, image: str, label: str) -> str | None:
-        return image_label(self.docker, image, label)
+    def kept_image(self, image: str) -> KeptImage | None:
+        return kept_image(self.docker, image)
 
     def kept_check(self) -> Check:
         return kept_check(self.docker)
@@ -47,7 +49,7 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
     """Build `service` once more to `stage` as `image`: every step is in the cache the build just filled, so this
     costs BuildKit's look at it. The compose file is the renderer's (the service's own), read as data. The image the
     name stood for before (the base preview's last commit's) is removed once nothing else names it."""
-    before = image_id(docker, image)
+    before = kept_image(docker, image)
     try:
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
         build = dict(document["services"][service]["build"])
@@ -63,28 +65,24 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
             compose.build(project, staged, log, control)
         except CommandFailed as exc:
             raise RuntimeFailure(f"The build's {stage} stage could not be kept", exc.tail()) from None
-    if before is not None and before != image_id(docker, image):
+    after = kept_image(docker, image)
+    if before is not None and (after is None or before.id != after.id):
         try:  # without --force: an image another tag or a container still uses stays
-            docker.command(["image", "rm", before], log)
+            docker.command(["image", "rm", before.id], log)
         except CommandFailed:
             pass
 
 
-def image_id(docker: DockerResources, image: str) -> str | None:
+def kept_image(docker: DockerResources, image: str) -> KeptImage | None:
+    """The local image `image`; None when it is absent or cannot be read."""
     try:
-        return docker.command(["image", "inspect", "--format", "{{.Id}}", image]).strip() or None
-    except CommandFailed:
+        [found] = json.loads(docker.command(["image", "inspect", image]))
+        labels = found["Config"].get("Labels") or {}
+        return KeptImage(id=found["Id"], labels={k: v for k, v in labels.items() if isinstance(v, str)},
+                         size_bytes=found.get("Size", 0),
+                         created_at=datetime.fromisoformat(found["Created"]).timestamp())
+    except (CommandFailed, ValueError, TypeError, KeyError, AttributeError):
         return None
-
-
-def image_label(docker: DockerResources, image: str, label: str) -> str | None:
-    """`label` of the local image `image`; None when either is absent."""
-    try:
-        labels = json.loads(docker.command(["image", "inspect", "--format", "{{json .Config.Labels}}", image]))
-    except (CommandFailed, ValueError):
-        return None
-    value = labels.get(label) if isinstance(labels, dict) else None
-    return value if isinstance(value, str) else None
 
 
 def kept_check(docker: DockerResources) -> Check:

@@ -1,9 +1,9 @@
 """GET / and /dashboard: every preview on one page, rendered with Jinja2, no external assets.
 
 The page refreshes its previews from `GET /api/previews` (see the template's script) and shows, as of its load,
-the newest deliveries of the delivery log and what the runtime keeps warm for each repository (its `pools`: the
-compose runtime's database seeds and their spare layers). Autoescaping is on: the branch names and error messages
-shown come from pull requests.
+the newest deliveries of the delivery log and what is kept warm for each repository (the runtime's `pools`: the
+compose runtime's database seeds and their spare layers; and the base previews' installed dependencies).
+Autoescaping is on: the branch names and error messages shown come from pull requests.
 """
 
 from __future__ import annotations
@@ -65,4 +65,5 @@ class DashboardResource:
         resp.text = self._template.render(previews=previews, now=now.strftime("%H:%M:%S UTC"), now_dt=now,
                                           deliveries=deliveries, bound_gb=self._pool_bound_gb,
                                           pools=pools,
-                                          pooled_gb=sum(pool.size_bytes for pool, _ in pools or []) / 2**30)
+                                          pooled_gb=sum(pool.size_bytes for pool, _ in pools or []
+                                                        if pool.bound == "SEED_CACHE_GB") / 2**30)
