@@ -27,7 +27,8 @@ def bench_concurrency(budget: Budget) -> dict[str, Any]:
         RawSide(root, repo).prime()
         try:
             for builds in budget.concurrency_builds:
-                stack = start_stack(root / f"stack-{builds}", MAX_CONCURRENT_BUILDS=str(builds),
+                stack = start_stack(root / f"stack-{builds}", own_key=budget.prune_engine_caches,
+                                    MAX_CONCURRENT_BUILDS=str(builds),
                                     MAX_CONCURRENT_PREVIEWS=str(max(20, budget.concurrency_prs)),
                                     HEALTH_CHECK_INTERVAL_SECONDS=str(POLL_SECONDS), LOG_LEVEL="info")
                 numbers = list(range(1, budget.concurrency_prs + 1))

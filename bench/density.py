@@ -84,7 +84,8 @@ def bench_density(budget: Budget) -> dict[str, Any]:
         go = make_pr_repo(root / "repos", "go", "feature/density")
         hello = make_pr_repo(root / "repos", str(REPO_ROOT / "examples" / "hello"), "feature/density-pg")
         results["memory_before_mib"] = _used_mib()
-        stack = start_stack(root / "stack", PREVIEW_IDLE_SECONDS=str(budget.density_idle_seconds),
+        stack = start_stack(root / "stack", own_key=budget.prune_engine_caches,
+                            PREVIEW_IDLE_SECONDS=str(budget.density_idle_seconds),
                             SLEEP_CHECK_INTERVAL_SECONDS="2", MAX_CONCURRENT_PREVIEWS=str(count + 10),
                             LOG_LEVEL="info")
         peak = _Peak()

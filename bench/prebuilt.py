@@ -131,7 +131,8 @@ def run_scenario(budget: Budget, scenario: Scenario, first_number: int) -> dict[
             _forget_app_images(budget.prune_engine_caches)
             raw_s = raw_first(root, repo, first_number + 100 + repeat, scenario.page)
             _forget_app_images(budget.prune_engine_caches)
-            stack = start_stack(root / "stack", BASE_PREVIEWS="Codertocat/Hello-World",
+            stack = start_stack(root / "stack", own_key=budget.prune_engine_caches,
+                                BASE_PREVIEWS="Codertocat/Hello-World",
                                 RECONCILE_INTERVAL_MINUTES="0", HEALTH_CHECK_INTERVAL_SECONDS="5",
                                 HEALTH_CHECK_TIMEOUT_SECONDS="60", LOG_LEVEL="info")
             try:

@@ -173,8 +173,8 @@ def bench_preview(budget: Budget) -> dict[str, Any]:
     with scratch("preview") as root:
         repo = make_pr_repo(root, SAMPLE, "feature/bench")
         # The service as a user gets it: the default health settings (5 s / 60 s), not the raw side's 0.2 s.
-        stack = start_stack(root / "stack", HEALTH_CHECK_INTERVAL_SECONDS="5", HEALTH_CHECK_TIMEOUT_SECONDS="60",
-                            LOG_LEVEL="info", MAX_CONCURRENT_PREVIEWS="1000")
+        stack = start_stack(root / "stack", own_key=budget.prune_engine_caches, HEALTH_CHECK_INTERVAL_SECONDS="5",
+                            HEALTH_CHECK_TIMEOUT_SECONDS="60", LOG_LEVEL="info", MAX_CONCURRENT_PREVIEWS="1000")
         raw, service = RawSide(root, repo), ServiceSide(stack, repo)
         samples: dict[str, list[dict[str, float]]] = {"cold": [], "warm": []}
         number = 100

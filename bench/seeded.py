@@ -139,11 +139,11 @@ def _spare_made(stack: Stack) -> float:
 RUNNING: dict[int, float] = {}  # seconds to `running` of each pull request of the last run (before its rows)
 
 
-def bench_database(root: Path, database: str, rows: int) -> dict[str, Any]:
+def bench_database(root: Path, database: str, rows: int, own_key: bool) -> dict[str, Any]:
     dump = root / f"{database}.sql"
     write_dump(dump, database, rows)
     person = person_restore(database, dump, rows)
-    stack = start_stack(root / f"stack-{database}", LOG_LEVEL="info", MAX_CONCURRENT_PREVIEWS="1000",
+    stack = start_stack(root / f"stack-{database}", own_key=own_key, LOG_LEVEL="info", MAX_CONCURRENT_PREVIEWS="1000",
                         HEALTH_CHECK_INTERVAL_SECONDS="5", HEALTH_CHECK_TIMEOUT_SECONDS="60")
     try:
         folder = stack.root / "state" / "snapshots" / SLUG
@@ -191,4 +191,5 @@ def bench_database(root: Path, database: str, rows: int) -> dict[str, Any]:
 
 def bench_seeded(budget: Budget) -> dict[str, Any]:
     with scratch("seeded") as root:
-        return {database: bench_database(root, database, budget.seeded_rows) for database in budget.seeded_databases}
+        return {database: bench_database(root, database, budget.seeded_rows, budget.prune_engine_caches)
+                for database in budget.seeded_databases}

@@ -70,7 +70,7 @@ def _rounds(stack: Stack, pr: int, page: str, repeats: int) -> list[dict[str, fl
 def bench_sleep(budget: Budget) -> dict[str, Any]:
     results: dict[str, Any] = {"idle_seconds": IDLE_SECONDS, "repeats": budget.sleep_repeats, "samples": {}}
     with scratch("sleep") as root:
-        stack = start_stack(root / "stack", PREVIEW_IDLE_SECONDS=str(IDLE_SECONDS),
+        stack = start_stack(root / "stack", own_key=budget.prune_engine_caches, PREVIEW_IDLE_SECONDS=str(IDLE_SECONDS),
                             SLEEP_CHECK_INTERVAL_SECONDS=str(CHECK_SECONDS), LOG_LEVEL="info")
         try:
             for pr, (name, (sample, page)) in enumerate(SAMPLES.items(), start=200):

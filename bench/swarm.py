@@ -57,9 +57,10 @@ def bench_swarm(budget: Budget) -> dict[str, Any]:
             cluster.load_images(*BASE_IMAGES)
             loaded = time.perf_counter() - began
             settings = {"HEALTH_CHECK_INTERVAL_SECONDS": str(POLL_SECONDS), "LOG_LEVEL": "info"}
-            stacks["one_host"] = start_stack(root / "one", **settings)
+            stacks["one_host"] = start_stack(root / "one", own_key=budget.prune_engine_caches, **settings)
             engines = ",".join(f"{node.name}={node.host}" for node in cluster.workers)
-            stacks["swarm"] = start_stack(root / "swarm", RUNTIME="swarm", DOCKER_HOST=cluster.manager.host,
+            stacks["swarm"] = start_stack(root / "swarm", own_key=budget.prune_engine_caches, RUNTIME="swarm",
+                                          DOCKER_HOST=cluster.manager.host,
                                           SWARM_REGISTRY=cluster.registry, SWARM_REGISTRY_SCHEME="http",
                                           SWARM_NODE_ENGINES=engines, **settings)
             number = 200

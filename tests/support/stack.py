@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -121,16 +122,32 @@ def service_env(codehost: FakeCodeHost, nginx: Nginx, **extra: str) -> dict[str,
 
 
 def start_stack(root: Path, reload_command: Callable[[Nginx], str] | None = None, nginx_all_addresses: bool = False,
-                **extra: str) -> Stack:
-    """`nginx_all_addresses`: nginx listens on *:port like setup-nginx's site (PREVIEW_ROUTING=host needs it)."""
+                own_key: bool = False, **extra: str) -> Stack:
+    """`nginx_all_addresses`: nginx listens on *:port like setup-nginx's site (PREVIEW_ROUTING=host needs it).
+    `own_key`: the service makes its own key (a benchmark's stack), not the engine's tests' shared one."""
     require_engine()
     routes_where_workers_look(root / "proxy")
     codehost = FakeCodeHost().start()
     nginx = Nginx(root / "nginx", root / "proxy", all_addresses=nginx_all_addresses).start()
     if reload_command is not None:
         extra["PROXY_RELOAD_COMMAND"] = reload_command(nginx)
-    service = ServiceProcess(root, **service_env(codehost, nginx, **extra)).start()
-    return Stack(service, nginx, codehost, root, extra.get("DOCKER_HOST"))
+    service = ServiceProcess(root, **service_env(codehost, nginx, **extra))
+    if not own_key:
+        give_shared_key(Path(service.env["DEPLOYMENTS_DB"]).parent, service.env.get("DOCKER_HOST", ""))
+    return Stack(service.start(), nginx, codehost, root, extra.get("DOCKER_HOST"))
+
+
+def give_shared_key(state: Path, docker_host: str) -> None:
+    """The service key of every test's stack on one engine, unless the state has one: the build cache mounts templates
+    key with it (RenderContext.cache_mount: a repository's Go build cache) are then shared by the tests' previews of
+    a repository as by one service's, rather than each test's first Go build compiling the standard library again.
+    What is keyed by the repository stays apart between repositories, which is what the tests check."""
+    key = state / "db-password.key"
+    if key.exists():
+        return
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key.write_bytes(hashlib.sha256(f"po-test-shared-key:{docker_host}".encode()).hexdigest().encode())
+    key.chmod(0o600)
 
 
 def routes_where_workers_look(link: Path) -> None:
