@@ -22,7 +22,7 @@ import pytest
 from frameworks.nestjs import installs, node_build
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import BASE
-from orchestrator.flows.base_dependencies import keep, pools, to_keep, with_base
+from orchestrator.flows.base_dependencies import build, keep, pools, to_keep, with_base, with_fallback
 from orchestrator.plugin_api.project_files import ProjectFiles
 from orchestrator.plugin_api.runtime import KeptImage, RuntimeFailure, WarmPool
 from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, BaseDependencies, RenderContext
@@ -191,6 +191,63 @@ def test_a_dependencies_stage_that_cannot_be_kept_does_not_fail_the_base_preview
     keep(SimpleNamespace(runtime=runtime), event(1), replace(rendered, kept_dependencies=""), tmp_path / "c.yml",
          log, None)
     assert len(runtime.kept) == 1
+
+
+@pytest.mark.uses("nestjs")
+def test_a_pull_request_whose_base_preview_s_dependencies_go_before_its_build_builds_without_them(
+        host: PluginHost, tmp_path: Path) -> None:
+    """Looked up at the render, read by the build: a base preview removed in between takes the image along, and the
+    pull request's build then installs from nothing instead of failing."""
+    repo = make_repo(tmp_path / "r", config_for("nestjs"), files=manifests("abbrev", "semver"))
+    config = load_checkout_config(host, repo)
+    base = BaseDependencies(image=context(BASE).kept_dependencies(),
+                            installed=labelled(tmp_path / "base", manifests("abbrev")))  # other manifests
+    renders: list[RenderContext] = []
+
+    def render(made: RenderContext) -> RenderedDeployment:
+        renders.append(made)
+        return render_deployment(host, repo, config, made)
+
+    plain = with_fallback(context(1), render(context(1)), render)  # no base preview: nothing more rendered
+    assert plain.without_base is None and len(renders) == 1
+    installed = labelled(tmp_path / "same", manifests("abbrev", "semver"))
+    same = context(1, BaseDependencies(image=base.image, installed=installed))
+    assert with_fallback(same, render(same), render).without_base is None  # its manifests': not FROM the base
+    rendered = with_fallback(context(1, base), render(context(1, base)), render)
+    assert rendered.without_base is not None and renders[-1].base_dependencies is None
+    image, without = rendered.without_base
+    assert image == base.image and f"FROM {base.image} AS" not in without
+    assert without == render(context(1)).files[INJECTED_DOCKERFILE]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / INJECTED_DOCKERFILE).write_text(rendered.files[INJECTED_DOCKERFILE])
+    notes: list[str] = []
+    log = SimpleNamespace(note=notes.append)
+    runtime = BuildingRuntime(work, fails_once=True, kept=False)
+    build(SimpleNamespace(runtime=runtime), event(1), rendered, work, work / "c.yml", log, None)
+    assert [f"FROM {base.image} AS" in built for built in runtime.built] == [True, False]
+    assert runtime.built[1] == without and notes[0].startswith("the base preview's installed dependencies are gone")
+    # the image is still there: the build failed for its own reasons, which are the pull request's to see
+    runtime = BuildingRuntime(work, fails_once=True, kept=True)
+    with pytest.raises(RuntimeFailure):
+        build(SimpleNamespace(runtime=runtime), event(1), rendered, work, work / "c.yml", log, None)
+    assert len(runtime.built) == 1
+
+
+class BuildingRuntime:
+    """runtime.build that records the injected Dockerfile it read, and fails the first time when asked."""
+
+    def __init__(self, work: Path, fails_once: bool, kept: bool) -> None:
+        self.work, self.fails, self.kept, self.built = work, fails_once, kept, []
+
+    def build(self, deployment_id: str, compose_file: Path, log: object, control: object) -> None:
+        self.built.append((self.work / INJECTED_DOCKERFILE).read_text())
+        if self.fails:
+            self.fails = False
+            raise RuntimeFailure("Image build failed", "pull access denied for po-build/...")
+
+    def kept_image(self, image: str) -> KeptImage | None:
+        return KeptImage(id="sha256:1", size_bytes=1, created_at=0.0) if self.kept else None
 
 
 def npm_lockfile(directory: Path) -> None:

@@ -10,9 +10,11 @@ with the base preview (and with every image its removal finds by that label)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from orchestrator.common.checkout_paths import write_new
 from orchestrator.common.deployment_log import DeploymentLog
 from orchestrator.common.flow_control import FlowControl
 from orchestrator.common.naming import BASE
@@ -35,6 +37,35 @@ def to_keep(event: PullRequestEvent, context: RenderContext, rendered: RenderedD
     if event.pr_number != BASE or dockerfile is None or not _LABELLED_STAGE.search(dockerfile):
         return rendered
     return replace(rendered, kept_dependencies=context.kept_dependencies())
+
+
+def with_fallback(context: RenderContext, rendered: RenderedDeployment,
+                  render: Callable[[RenderContext], RenderedDeployment]) -> RenderedDeployment:
+    """A pull request's `rendered` whose injected Dockerfile starts FROM the base preview's kept dependencies, with
+    that Dockerfile rendered without them (`render` of the context without the base preview's) for `build`: the
+    image was looked up at the render, and its base preview may be removed before the build reads it."""
+    base = context.base_dependencies
+    dockerfile = rendered.files.get(INJECTED_DOCKERFILE, "")
+    if base is None or not re.search(rf"^FROM {re.escape(base.image)} AS ", dockerfile, re.MULTILINE):
+        return rendered
+    without = render(context.model_copy(update={"base_dependencies": None})).files[INJECTED_DOCKERFILE]
+    return replace(rendered, without_base=(base.image, without))
+
+
+def build(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment, work_dir: Path, compose_file: Path,
+          log: DeploymentLog, control: FlowControl) -> None:
+    """runtime.build; when it fails and the base preview's kept dependencies the Dockerfile starts FROM are gone
+    (`with_fallback`), the Dockerfile rendered without them is written in its place and built: the pull request
+    installs its dependencies from nothing rather than failing for what happened to another preview."""
+    try:
+        c.runtime.build(event.deployment_id, compose_file, log, control)
+    except RuntimeFailure:
+        if rendered.without_base is None or c.runtime.kept_image(rendered.without_base[0]) is not None:
+            raise
+        log.note("the base preview's installed dependencies are gone since the render (its base preview removed): "
+                 "the build installs them from nothing")
+        write_new(work_dir, INJECTED_DOCKERFILE, rendered.without_base[1])
+        c.runtime.build(event.deployment_id, compose_file, log, control)
 
 
 def keep(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment, compose_file: Path,

@@ -123,7 +123,8 @@ class BuildSteps:
             try:
                 with clock.stage("build"):
                     if not (restart and images_kept(self.c, event, target, compose_file)):
-                        runtime.build(event.deployment_id, compose_file, target.log, control)
+                        base_dependencies.build(self.c, event, rendered, target.work_dir, compose_file, target.log,
+                                                control)
                         base_dependencies.keep(self.c, event, rendered, compose_file, target.log, control)
                     if rendered.pending_startup is not None:
                         compose_file = self.startup_before_main(event, target, rendered, compose_file, control)
@@ -192,9 +193,13 @@ class BuildSteps:
     def render(self, event: PullRequestEvent, target: Target, record: DeploymentRecord,
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = base_dependencies.with_base(self.c, event, self._context(event, record))
+
+        def render(context: RenderContext) -> RenderedDeployment:
+            return render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
+
         try:
-            rendered = base_dependencies.to_keep(event, context, render_deployment(
-                self.c.plugins, target.work_dir, config, context, self.c.runtime.read))
+            rendered = base_dependencies.with_fallback(context, base_dependencies.to_keep(event, context,
+                                                                                         render(context)), render)
         except ConfigError as exc:
             raise StepFailed("; ".join(exc.problems)) from None
         except RuntimeFailure as exc:

@@ -63,6 +63,9 @@ class RenderedDeployment:
     routes: list[Any] = field(default_factory=list)
     # A base preview's: the image its build's DEPENDENCIES_STAGE is kept as (flows/base_dependencies.py); "": none
     kept_dependencies: str = ""
+    # A pull request's whose injected Dockerfile starts FROM its base preview's kept dependencies: that image, and
+    # the injected Dockerfile rendered without it, for a build that finds it gone (flows/base_dependencies.py)
+    without_base: tuple[str, str] | None = None
 
     def compose_text(self) -> str:
         return dump_compose(self.compose)
