@@ -26,6 +26,7 @@ from orchestrator.common.naming import mirror_name, repository_identity
 from orchestrator.common.preview_tokens import WOKEN_PREFIX, wake_key
 from orchestrator.events.inbox import Inbox
 from orchestrator.http.app import create_app
+from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.rendering.compose_policy import normalized_problems
 from orchestrator.state.records import PullRequestEvent
 from tests.conftest import SettingsFactory
@@ -35,6 +36,7 @@ from tests.support.live import wait_until
 from tests.support.nginx import Nginx, nginx_where_workers_look, subject_of
 from tests.support.payloads import pr_payload, webhook_headers
 from tests.support.records import sample_record, track
+from tests.support.repos import config_for, make_repo
 
 SECRET_PAGE = "victim's secret page"
 VICTIM, ATTACKER = ("acme", "billing", 5), ("mallory", "tools", 7)
@@ -444,6 +446,28 @@ def test_a_dockerfile_cannot_name_the_built_images(tmp_path: Path, dockerfile: s
         "Dockerfile may not name po-build/ (it holds the images built for previews)"]
     (tmp_path / "Dockerfile").write_text("FROM python:3.12\nCOPY --from=builder /app /app\n")
     assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []
+
+
+def test_a_repository_s_dockerfile_named_as_the_service_s_own_is_checked_as_any_other(tmp_path: Path) -> None:
+    """`dockerfile: Dockerfile.preview-orchestrator` names the repository's own file: the name of the Dockerfile the
+    service writes is no pass through the Dockerfile checks."""
+    from orchestrator.rendering.checkout_config import load_checkout_config
+    from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
+    from orchestrator.rendering.plugin_host import build_plugin_host
+
+    host = build_plugin_host(load_entry_points=False)
+    repo = make_repo(tmp_path / "r", {**config_for("go"), "dockerfile": INJECTED_DOCKERFILE})
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k")
+    for hostile, problem in (("FROM 3f2a9c1d\n", "may not name an image by its id"),
+                             ("FROM po-build/abc-app\n", "may not name po-build/")):
+        (repo / INJECTED_DOCKERFILE).write_text(hostile)
+        with pytest.raises(ConfigError) as refused:
+            render_deployment(host, repo, load_checkout_config(host, repo), context)
+        assert problem in str(refused.value.problems)
+    (repo / INJECTED_DOCKERFILE).write_text("FROM golang:1.22\nRUN --mount=type=cache,target=/c true\n")
+    rendered = render_deployment(host, repo, load_checkout_config(host, repo), context)
+    assert INJECTED_DOCKERFILE not in rendered.files  # the repository's file, not replaced by the template
+    assert "id=po-cache-" in "".join(rendered.build_files.values())  # its cache mount keyed as a repository's
 
 
 def test_database_passwords_differ_between_repositories_and_old_previews_keep_theirs() -> None:

@@ -28,6 +28,9 @@ def generated(
     host: PluginHost, repo_dir: Path, config: PreviewConfig, context: RenderContext
 ) -> RenderedDeployment:
     files: dict[str, str] = {}
+    # Whether the service wrote the Dockerfile: never told by its name, which a repository's file may have
+    # (`dockerfile: Dockerfile.preview-orchestrator`), and every Dockerfile the service did not write is checked.
+    injected = False
     if config.dockerfile:
         dockerfile = config.dockerfile
     elif (repo_dir / "Dockerfile").is_file():
@@ -38,10 +41,10 @@ def generated(
         if text is None:
             raise ConfigError([f"framework {config.framework} has no default Dockerfile; add a Dockerfile"])
         files[INJECTED_DOCKERFILE] = text
-        dockerfile = INJECTED_DOCKERFILE
+        dockerfile, injected = INJECTED_DOCKERFILE, True
 
     build_files: dict[str, str] = {}
-    if dockerfile != INJECTED_DOCKERFILE:
+    if not injected:
         if problems := dockerfile_problems(repo_dir / dockerfile, dockerfile):
             raise ConfigError(problems)
         dockerfile = keyed_dockerfile(repo_dir, repo_dir / dockerfile, "app.Dockerfile", dockerfile, context,
@@ -71,7 +74,7 @@ def generated(
     if config.env_file:
         app_service["env_file"] = [config.env_file]
     pending = None
-    if config.startup_commands and dockerfile == INJECTED_DOCKERFILE:
+    if config.startup_commands and injected:
         app_service.update(startup_service(config.startup_commands, app.command))
     elif config.startup_commands:  # the repository's Dockerfile: its image says what the main process is
         pending = PendingStartup(config.startup_commands, image=context.built_image("app"))
