@@ -64,7 +64,10 @@ def build(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment,
             raise
         log.note("the base preview's installed dependencies are gone since the render (its base preview removed): "
                  "the build installs them from nothing")
-        write_new(work_dir, INJECTED_DOCKERFILE, rendered.without_base[1])
+        try:
+            write_new(work_dir, INJECTED_DOCKERFILE, rendered.without_base[1])
+        except OSError as exc:
+            raise RuntimeFailure("Work directory cannot be written", str(exc.strerror)) from None
         c.runtime.build(event.deployment_id, compose_file, log, control)
 
 

@@ -91,13 +91,14 @@ class ComposeRuntime(KeptStages, Runtime):
         return self.compose.normalized(compose_file, deployment_id)
 
     def build(self, deployment_id: str, compose_file: Path, log: DeploymentLog, control: FlowControl) -> None:
+        built = False  # a second build (flows/base_dependencies.py) may succeed where the first failed
         try:
             with failure("Docker build failed"):
                 self.compose.build(deployment_id, compose_file, log, control)
-        except BaseException:
+            built = True
+        finally:
             with self._lock:
-                self._build_failed.add(deployment_id)
-            raise
+                (self._build_failed.discard if built else self._build_failed.add)(deployment_id)
 
     def has_images(self, deployment_id: str, compose_file: Path) -> bool:
         """Every service the file builds has its image (`po-build/…`, named by the renderer) on the engine."""
@@ -125,8 +126,7 @@ class ComposeRuntime(KeptStages, Runtime):
                 self._seeding[deployment_id] = seeding
 
     def collect_garbage(self) -> bool:
-        """Repository seeds unused for CLEANUP_TTL_DAYS, or beyond SEED_CACHE_GB, removed, and spares and old empty
-        seeds no preview has (ComposeSeeding.sweep); True when a repository's seed was."""
+        """Repository seeds past CLEANUP_TTL_DAYS or SEED_CACHE_GB, and spares and empty seeds unused, removed."""
         evicted = bool(self.data_seeds.evict()) if self.data_seeds is not None else False
         self.seeding.sweep()
         return evicted

@@ -66,7 +66,7 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
         except CommandFailed as exc:
             raise RuntimeFailure(f"The build's {stage} stage could not be kept", exc.tail()) from None
     after = kept_image(docker, image)
-    if before is not None and (after is None or before.id != after.id):
+    if before is not None and after is not None and before.id != after.id:  # unread: nothing removed
         try:  # without --force: an image another tag or a container still uses stays
             docker.command(["image", "rm", before.id], log)
         except CommandFailed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +30,7 @@ from tests.support.payloads import pr_payload, webhook_headers
 from tests.support.standins import overrides_setting, require_engine
 
 SLUG = "codertocat-hello-world"
+RUN = secrets.token_hex(8)  # this pytest process's: the part of the shared key (give_shared_key) no other run has
 DEPLOY_TIMEOUT = 420
 
 
@@ -141,12 +143,13 @@ def give_shared_key(state: Path, docker_host: str) -> None:
     """The service key of every test's stack on one engine, unless the state has one: the build cache mounts templates
     key with it (RenderContext.cache_mount: a repository's Go build cache) are then shared by the tests' previews of
     a repository as by one service's, rather than each test's first Go build compiling the standard library again.
-    What is keyed by the repository stays apart between repositories, which is what the tests check."""
+    What is keyed by the repository stays apart between repositories, which is what the tests check. One key per
+    pytest process (RUN): what an interrupted run left (a database volume of the same name) does not open with it."""
     key = state / "db-password.key"
     if key.exists():
         return
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key.write_bytes(hashlib.sha256(f"po-test-shared-key:{docker_host}".encode()).hexdigest().encode())
+    key.write_bytes(hashlib.sha256(f"po-test-shared-key:{docker_host}:{RUN}".encode()).hexdigest().encode())
     key.chmod(0o600)
 
 
