@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.plugin_api import (
+    DEPENDENCIES_LABEL,
     DEPENDENCIES_STAGE,
     Check,
     CommandFailed,
@@ -89,8 +90,8 @@ def kept_check(docker: DockerResources) -> Check:
     """doctor's line of the base previews' kept dependencies: how many, and their disk."""
     name = "kept dependencies (BASE_PREVIEWS)"
     try:
-        ids = docker.command(["image", "ls", "--quiet", "--no-trunc", "--filter",
-                              f"reference={BUILT_IMAGES}/*-{DEPENDENCIES_STAGE}"]).split()
+        ids = docker.command(["image", "ls", "--quiet", "--no-trunc", "--filter", f"label={DEPENDENCIES_LABEL}",
+                              "--filter", f"reference={BUILT_IMAGES}/*-{DEPENDENCIES_STAGE}"]).split()
         sizes = docker.command(["image", "inspect", "--format", "{{.Size}}", *ids]).split() if ids else []
     except CommandFailed as exc:
         return Check(name, False, f"not listed: {exc}", "check the Docker engine")
