@@ -250,12 +250,17 @@ class BuildingRuntime:
         return KeptImage(id="sha256:1", size_bytes=1, created_at=0.0) if self.kept else None
 
 
-def npm_lockfile(directory: Path) -> None:
-    """package-lock.json for `directory`'s package.json, as npm writes it in the build's /app (no network)."""
-    subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{directory}:/app", "-w", "/app",
-                    "po-standin/node:test", "npm", "install", "--package-lock-only", "--no-audit", "--no-fund"],
-                   check=True, capture_output=True, timeout=120)
-    (directory / "package-lock.json").chmod(0o644)
+def npm_lockfiles(root: Path, sides: list[str]) -> None:
+    """package-lock.json for each `root/side`'s package.json, as npm writes it in the build's /app (no network; one
+    container for all of them)."""
+    # in /app, as the build: a `file:` dependency is recorded by its path from there
+    script = ('mkdir -p /app && cd /app && for side in "$@"; do rm -f package-lock.json '
+              '&& cp "/m/$side/package.json" . && npm install --package-lock-only --no-audit --no-fund '
+              '&& cp package-lock.json "/m/$side/" || exit 1; done')
+    subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{root}:/m", "po-standin/node:test",
+                    "sh", "-c", script, "lockfiles", *sides], check=True, capture_output=True, timeout=180)
+    for side in sides:
+        (root / side / "package-lock.json").chmod(0o644)
 
 
 PAGE = """const http = require("http");
@@ -292,14 +297,14 @@ def kept_on_dashboard(stack: Stack) -> list[str]:
 @pytest.mark.live
 @pytest.mark.uses("nestjs", "postgres")
 def test_a_dependency_change_installs_on_top_of_the_base_preview_s_dependencies(tmp_path: Path) -> None:
-    sides = {}
     nonce = uuid.uuid4().hex  # what the build installs from is new to the engine's cache: the installs run
-    for side, packages in (("a", ("abbrev",)), ("b", ("semver",)), ("c", ("abbrev", "semver"))):
-        directory = tmp_path / "manifests" / side
-        directory.mkdir(parents=True)
-        (directory / "package.json").write_text(manifests(*packages, nonce=nonce)["package.json"])
-        npm_lockfile(directory)
-        sides[side] = {name: (directory / name).read_text() for name in ("package.json", "package-lock.json")}
+    wanted = {"a": ("abbrev",), "b": ("semver",), "c": ("abbrev", "semver")}
+    for side, packages in wanted.items():
+        (tmp_path / "manifests" / side).mkdir(parents=True)
+        (tmp_path / "manifests" / side / "package.json").write_text(manifests(*packages, nonce=nonce)["package.json"])
+    npm_lockfiles(tmp_path / "manifests", list(wanted))
+    sides = {side: {name: (tmp_path / "manifests" / side / name).read_text()
+                    for name in ("package.json", "package-lock.json")} for side in wanted}
     # commit A (the default branch) has abbrev; commit B replaces it with semver
     repo = make_pr_repo(tmp_path / "repos", "nestjs", "main", config=config_for("nestjs"),
                         files={"src/main.js": PAGE, **sides["a"]}, files_b=sides["b"])
