@@ -136,7 +136,7 @@ class KeepingRuntime:
     def kept_image(self, image: str) -> KeptImage | None:
         self.asked.append(image)
         labels = {} if self.label is None else {DEPENDENCIES_LABEL: self.label}
-        return KeptImage(id="sha256:1", labels=labels, size_bytes=300 * 2**20, created_at=0.0)
+        return KeptImage(id="sha256:1", labels=labels, size_bytes=300 * 2**20)
 
     def keep_stage(self, deployment_id: str, compose_file: Path, service: str, stage: str, image: str,
                    log: object, control: object) -> None:
@@ -247,7 +247,7 @@ class BuildingRuntime:
             raise RuntimeFailure("Image build failed", "pull access denied for po-build/...")
 
     def kept_image(self, image: str) -> KeptImage | None:
-        return KeptImage(id="sha256:1", size_bytes=1, created_at=0.0) if self.kept else None
+        return KeptImage(id="sha256:1", size_bytes=1) if self.kept else None
 
 
 def npm_lockfiles(root: Path, sides: list[str]) -> None:

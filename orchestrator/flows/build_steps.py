@@ -194,12 +194,12 @@ class BuildSteps:
                config: PreviewConfig) -> tuple[RenderedDeployment, Path]:
         context = base_dependencies.with_base(self.c, event, self._context(event, record))
 
-        def render(context: RenderContext) -> RenderedDeployment:
+        def rendered_with(context: RenderContext) -> RenderedDeployment:
             return render_deployment(self.c.plugins, target.work_dir, config, context, self.c.runtime.read)
 
         try:
-            rendered = base_dependencies.with_fallback(context, base_dependencies.to_keep(event, context,
-                                                                                         render(context)), render)
+            rendered = base_dependencies.with_fallback(
+                context, base_dependencies.to_keep(event, context, rendered_with(context)), rendered_with)
         except ConfigError as exc:
             raise StepFailed("; ".join(exc.problems)) from None
         except RuntimeFailure as exc:

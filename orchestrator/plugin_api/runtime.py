@@ -64,7 +64,6 @@ class KeptImage(BaseModel):
     id: str
     labels: dict[str, str] = Field(default_factory=dict)
     size_bytes: int = Field(ge=0)
-    created_at: float = Field(description="Seconds since the epoch")
 
 
 class RuntimeFailure(Exception):

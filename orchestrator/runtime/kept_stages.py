@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -80,8 +79,7 @@ def kept_image(docker: DockerResources, image: str) -> KeptImage | None:
         [found] = json.loads(docker.command(["image", "inspect", image]))
         labels = found["Config"].get("Labels") or {}
         return KeptImage(id=found["Id"], labels={k: v for k, v in labels.items() if isinstance(v, str)},
-                         size_bytes=found.get("Size", 0),
-                         created_at=datetime.fromisoformat(found["Created"]).timestamp())
+                         size_bytes=found.get("Size", 0))
     except (CommandFailed, ValueError, TypeError, KeyError, AttributeError):
         return None
 
