@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from frameworks.nestjs import installs, node_build
+from orchestrator.common.commands import CommandFailed
 from orchestrator.common.host_env import HostEnv
 from orchestrator.common.naming import BASE
 from orchestrator.flows.base_dependencies import build, keep, pools, to_keep, with_base, with_fallback
@@ -35,7 +36,7 @@ from orchestrator.rendering.compose_file import (
 )
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.runtime.compose_cli import DockerResources
-from orchestrator.runtime.kept_stages import kept_check
+from orchestrator.runtime.kept_stages import kept_check, kept_image
 from orchestrator.state.records import PullRequestEvent
 from orchestrator.state.store import DeploymentStore
 from tests.support import web
@@ -127,14 +128,20 @@ def event(pr: int, owner: str = "acme", name: str = "shop", codehost: str = "git
                             received_at=datetime.now(UTC), codehost=codehost)
 
 
+UNREADABLE = "the engine cannot say"
+
+
 class KeepingRuntime:
-    """The runtime's two calls, recorded; `label` is what the engine's kept image says, None when it is absent."""
+    """The runtime's two calls, recorded; `label` is what the engine's kept image says, None when it is absent,
+    UNREADABLE when the engine cannot say."""
 
     def __init__(self, label: str | None = "abc-def", fails: bool = False) -> None:
         self.label, self.fails, self.asked, self.kept = label, fails, [], []
 
     def kept_image(self, image: str) -> KeptImage | None:
         self.asked.append(image)
+        if self.label == UNREADABLE:
+            raise RuntimeFailure(f"The image {image} could not be read", "Cannot connect to the Docker daemon")
         labels = {} if self.label is None else {DEPENDENCIES_LABEL: self.label}
         return KeptImage(id="sha256:1", labels=labels, size_bytes=300 * 2**20)
 
@@ -160,6 +167,8 @@ def test_a_pull_request_looks_only_for_its_own_repository_s_base_preview_s_depen
     assert runtime.asked == [context(1).kept_dependencies()]
     runtime.label = None  # not kept (another framework, the swarm runtime, removed)
     assert with_base(flows, event(1), context(1)).base_dependencies is None
+    runtime.label = UNREADABLE  # the engine cannot say: rendered as without a base preview, not failed
+    assert with_base(flows, event(1), context(1)).base_dependencies is None
 
 
 def test_the_dashboard_lists_each_base_preview_s_kept_dependencies_apart_from_the_seeds_bound(tmp_path: Path) -> None:
@@ -174,6 +183,8 @@ def test_the_dashboard_lists_each_base_preview_s_kept_dependencies_apart_from_th
                             size_bytes=300 * 2**20, bound="BASE_PREVIEWS")
     assert runtime.asked == [context(BASE).kept_dependencies()]  # the base preview's name, not a pull request's
     runtime.label = None  # an image of that name without the label is not one the service kept
+    assert pools(flows) == []
+    runtime.label = UNREADABLE  # the dashboard still answers
     assert pools(flows) == []
 
 
@@ -227,17 +238,21 @@ def test_a_pull_request_whose_base_preview_s_dependencies_go_before_its_build_bu
     build(SimpleNamespace(runtime=runtime), event(1), rendered, work, work / "c.yml", log, None)
     assert [f"FROM {base.image} AS" in built for built in runtime.built] == [True, False]
     assert runtime.built[1] == without and notes[0].startswith("the base preview's installed dependencies are gone")
-    # the image is still there: the build failed for its own reasons, which are the pull request's to see
-    runtime = BuildingRuntime(work, fails_once=True, kept=True)
-    with pytest.raises(RuntimeFailure):
-        build(SimpleNamespace(runtime=runtime), event(1), rendered, work, work / "c.yml", log, None)
-    assert len(runtime.built) == 1
+    # the image is still there, or the engine cannot say: the build failed for its own reasons, which are the pull
+    # request's to see
+    for kept in (True, None):
+        runtime = BuildingRuntime(work, fails_once=True, kept=kept)
+        with pytest.raises(RuntimeFailure, match="Image build failed"):
+            build(SimpleNamespace(runtime=runtime), event(1), rendered, work, work / "c.yml", log, None)
+        assert len(runtime.built) == 1
+    assert len(notes) == 1
 
 
 class BuildingRuntime:
-    """runtime.build that records the injected Dockerfile it read, and fails the first time when asked."""
+    """runtime.build that records the injected Dockerfile it read, and fails the first time when asked; `kept`
+    None: the engine cannot say whether the base preview's image is there."""
 
-    def __init__(self, work: Path, fails_once: bool, kept: bool) -> None:
+    def __init__(self, work: Path, fails_once: bool, kept: bool | None) -> None:
         self.work, self.fails, self.kept, self.built = work, fails_once, kept, []
 
     def build(self, deployment_id: str, compose_file: Path, log: object, control: object) -> None:
@@ -247,7 +262,41 @@ class BuildingRuntime:
             raise RuntimeFailure("Image build failed", "pull access denied for po-build/...")
 
     def kept_image(self, image: str) -> KeptImage | None:
+        if self.kept is None:
+            raise RuntimeFailure(f"The image {image} could not be read", "context deadline exceeded")
         return KeptImage(id="sha256:1", size_bytes=1) if self.kept else None
+
+
+class InspectingDocker(DockerResources):
+    """`docker image inspect` answering as the CLI does: `answers` maps an image to its output or CommandFailed."""
+
+    def __init__(self, answers: dict[str, str | CommandFailed]) -> None:
+        super().__init__(HostEnv.for_state_dir(Path("/nonexistent")))
+        self.answers = answers
+
+    def command(self, argv: list[str], log: object = None, timeout: float = 60, control: object = None,
+                stdin: bytes | None = None) -> str:
+        answer = self.answers[argv[-1]]
+        if isinstance(answer, CommandFailed):
+            raise answer
+        return answer
+
+
+def test_an_image_the_engine_cannot_read_is_never_taken_for_absent() -> None:
+    def failed(output: str) -> CommandFailed:
+        return CommandFailed(["docker", "image", "inspect"], 1, output)
+
+    labels = {DEPENDENCIES_LABEL: "abc", "count": 3}
+    docker = InspectingDocker({
+        "kept": json.dumps([{"Id": "sha256:1", "Config": {"Labels": labels}, "Size": 5}]),
+        "gone": failed("Error response from daemon: No such image: gone"),
+        "down": failed("Cannot connect to the Docker daemon at unix:///run/docker.sock"),
+        "odd": "not json"})
+    assert kept_image(docker, "kept") == KeptImage(id="sha256:1", labels={DEPENDENCIES_LABEL: "abc"}, size_bytes=5)
+    assert kept_image(docker, "gone") is None
+    for image in ("down", "odd"):
+        with pytest.raises(RuntimeFailure, match=f"The image {image} could not be read"):
+            kept_image(docker, image)
 
 
 def npm_lockfiles(root: Path, sides: list[str]) -> None:

@@ -21,8 +21,14 @@ from orchestrator.common.naming import BASE
 from orchestrator.common.naming import deployment_id as make_deployment_id
 from orchestrator.flows.context import FlowContext
 from orchestrator.plugin_api.runtime import RuntimeFailure, WarmPool
-from orchestrator.plugin_api.types import DEPENDENCIES_LABEL, DEPENDENCIES_STAGE, BaseDependencies, RenderContext
-from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, RenderedDeployment, make_context
+from orchestrator.plugin_api.types import (
+    DEPENDENCIES_LABEL,
+    DEPENDENCIES_STAGE,
+    BaseDependencies,
+    RenderContext,
+    kept_dependencies_image,
+)
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, RenderedDeployment
 from orchestrator.state.records import PullRequestEvent
 
 # The injected Dockerfile's stage, with the label inside it (before the next FROM)
@@ -60,7 +66,7 @@ def build(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment,
     try:
         c.runtime.build(event.deployment_id, compose_file, log, control)
     except RuntimeFailure:
-        if rendered.without_base is None or c.runtime.kept_image(rendered.without_base[0]) is not None:
+        if rendered.without_base is None or not _gone(c, rendered.without_base[0]):
             raise
         log.note("the base preview's installed dependencies are gone since the render (its base preview removed): "
                  "the build installs them from nothing")
@@ -69,6 +75,14 @@ def build(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment,
         except OSError as exc:
             raise RuntimeFailure("Work directory cannot be written", str(exc.strerror)) from None
         c.runtime.build(event.deployment_id, compose_file, log, control)
+
+
+def _gone(c: FlowContext, image: str) -> bool:
+    """Whether the engine says `image` is absent; an engine that cannot say does not make a build failure its."""
+    try:
+        return c.runtime.kept_image(image) is None
+    except RuntimeFailure:
+        return False
 
 
 def keep(c: FlowContext, event: PullRequestEvent, rendered: RenderedDeployment, compose_file: Path,
@@ -93,7 +107,10 @@ def with_base(c: FlowContext, event: PullRequestEvent, context: RenderContext) -
     if base is None or base.repository != event.repository:
         return context
     image = context.kept_dependencies()
-    kept = c.runtime.kept_image(image)
+    try:
+        kept = c.runtime.kept_image(image)
+    except RuntimeFailure:  # the engine cannot say: the pull request installs from nothing, as without a base
+        return context
     installed = None if kept is None else kept.labels.get(DEPENDENCIES_LABEL)
     if installed is None:
         return context
@@ -107,9 +124,10 @@ def pools(c: FlowContext) -> list[WarmPool]:
     for record in c.store.read().deployments.values():
         if record.prNumber != BASE:
             continue
-        context = make_context(record.repoOwner, record.repoName, BASE, record.exposedAppPort, record.exposedDbPort,
-                               c.password_key(), repository=record.repository)
-        kept = c.runtime.kept_image(context.kept_dependencies())
+        try:
+            kept = c.runtime.kept_image(kept_dependencies_image(c.password_key(), record.repository))
+        except RuntimeFailure:  # the engine cannot say: not listed, as on doctor's line
+            continue
         if kept is not None and DEPENDENCIES_LABEL in kept.labels:
             found.append(WarmPool(repository=record.repository, kind="installed dependencies",
                                   detail="the base preview's, for its pull requests to install on top of",

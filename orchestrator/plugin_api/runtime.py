@@ -247,7 +247,7 @@ class Runtime:
 
     def kept_image(self, image: str) -> KeptImage | None:
         """The local image `image` (its id, labels, size); None when it is absent (and here, where nothing is
-        kept)."""
+        kept); RuntimeFailure when the engine cannot say, which callers never take for "absent"."""
         return None
 
     def reset_database(self, deployment_id: str, compose_file: Path, log: DeploymentLog) -> list[str]:

@@ -123,12 +123,10 @@ class RenderContext(BaseModel):
         return f"{BUILT_IMAGES}/{digest}-{service.lower()}"
 
     def kept_dependencies(self) -> str:
-        """The name the repository's base preview's DEPENDENCIES_STAGE is kept under: keyed by the repository alone
-        (its pull requests look for it), so no other repository's preview can name it."""
+        """The name the repository's base preview's DEPENDENCIES_STAGE is kept under (`kept_dependencies_image`)."""
         if self.secret_key is None:
             return f"{BUILT_IMAGES}/keyed-{DEPENDENCIES_STAGE}"
-        digest = self._keyed(f"{self.repository}:base:{DEPENDENCIES_STAGE}").hexdigest()[:32]
-        return f"{BUILT_IMAGES}/{digest}-{DEPENDENCIES_STAGE}"
+        return kept_dependencies_image(self.secret_key.get_secret_value().encode("latin-1"), self.repository)
 
     def image(self, name: str) -> str:
         """`name` after IMAGE_OVERRIDES; every image a built-in template names goes through here."""
@@ -279,3 +277,10 @@ class ServiceWiring(BaseModel):
     services: dict[str, dict[str, Any]]
     volumes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     app_env: dict[str, str] = Field(default_factory=dict)
+
+
+def kept_dependencies_image(secret_key: bytes, repository: str) -> str:
+    """The name a repository's base preview's DEPENDENCIES_STAGE is kept under: keyed by the repository alone (its
+    pull requests look for it, and the dashboard lists it), so no other repository's preview can name it."""
+    digest = keyed(secret_key, f"{repository}:base:{DEPENDENCIES_STAGE}").hexdigest()[:32]
+    return f"{BUILT_IMAGES}/{digest}-{DEPENDENCIES_STAGE}"

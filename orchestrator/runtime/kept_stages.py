@@ -49,7 +49,7 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
     """Build `service` once more to `stage` as `image`: every step is in the cache the build just filled, so this
     costs BuildKit's look at it. The compose file is the renderer's (the service's own), read as data. The image the
     name stood for before (the base preview's last commit's) is removed once nothing else names it."""
-    before = kept_image(docker, image)
+    before = _read(docker, image)
     try:
         document = yaml.safe_load(compose_file.read_text(encoding="utf-8"))
         build = dict(document["services"][service]["build"])
@@ -65,7 +65,7 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
             compose.build(project, staged, log, control)
         except CommandFailed as exc:
             raise RuntimeFailure(f"The build's {stage} stage could not be kept", exc.tail()) from None
-    after = kept_image(docker, image)
+    after = _read(docker, image)
     if before is not None and after is not None and before.id != after.id:  # unread: nothing removed
         try:  # without --force: an image another tag or a container still uses stays
             docker.command(["image", "rm", before.id], log)
@@ -74,13 +74,26 @@ def keep_stage(compose: Compose, docker: DockerResources, project: str, compose_
 
 
 def kept_image(docker: DockerResources, image: str) -> KeptImage | None:
-    """The local image `image`; None when it is absent or cannot be read."""
+    """The local image `image`; None when the engine says it is absent, RuntimeFailure when it cannot say (down,
+    timed out, an answer that does not parse): never taken for "absent"."""
     try:
         [found] = json.loads(docker.command(["image", "inspect", image]))
         labels = found["Config"].get("Labels") or {}
         return KeptImage(id=found["Id"], labels={k: v for k, v in labels.items() if isinstance(v, str)},
                          size_bytes=found.get("Size", 0))
-    except (CommandFailed, ValueError, TypeError, KeyError, AttributeError):
+    except CommandFailed as exc:
+        if "no such image" in exc.output.lower():
+            return None
+        raise RuntimeFailure(f"The image {image} could not be read", exc.tail()) from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RuntimeFailure(f"The image {image} could not be read", str(exc)) from None
+
+
+def _read(docker: DockerResources, image: str) -> KeptImage | None:
+    """`kept_image`, for keep_stage's removal of the image the name stood for: unread is unknown, so nothing goes."""
+    try:
+        return kept_image(docker, image)
+    except RuntimeFailure:
         return None
 
 
