@@ -29,6 +29,7 @@ TOOLCHAIN_IMAGE = "golang:1.22-bookworm"  # builds the app; build_commands run i
 RUNTIME_IMAGE = "debian:bookworm-slim"
 _PACKAGE_MAIN = re.compile(r"^package\s+main\b", re.MULTILINE)
 _PREFERRED = ("server", "api", "app", "web")
+_COMMAND = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a ./cmd/<name> the template may name
 
 
 def is_main_package(project: ProjectFiles, directory: str) -> bool:
@@ -40,7 +41,9 @@ def main_package(project: ProjectFiles) -> str:
     """`.` or `./cmd/<name>`: where `package main` is."""
     if is_main_package(project, "."):
         return "."
-    commands = [name for name in project.list_dir("cmd") if is_main_package(project, f"cmd/{name}")]
+    # a directory's name goes into the Dockerfile: one with a line break or a space would be more than a path
+    commands = [name for name in project.list_dir("cmd")
+                if _COMMAND.fullmatch(name) and is_main_package(project, f"cmd/{name}")]
     if not commands:
         return "."  # `go build` then says what is missing
     module = re.search(r"^module\s+(\S+)", project.read_text("go.mod") or "", re.MULTILINE)

@@ -7,6 +7,7 @@ workspace, the member that has one (server, api or app first when several do). A
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from orchestrator.plugin_api import (
@@ -23,6 +24,9 @@ NAME = "rust"
 TOOLCHAIN_IMAGE = "rust:1-bookworm"  # builds the app; build_commands run in it too
 RUNTIME_IMAGE = "debian:bookworm-slim"
 _PREFERRED = ("server", "api", "app", "web")
+# What Cargo allows in a package's or a binary's name, and what the template may put in the Dockerfile: a name with
+# a line break would add instructions of the pull request's choosing.
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,11 @@ def binaries(project: ProjectFiles, directory: str = ".") -> list[str]:
     package = manifest.get("package") if isinstance(manifest.get("package"), dict) else {}
     declared = [str(item["name"]) for item in manifest.get("bin") or [] if isinstance(item, dict) and "name" in item]
     if declared:
-        return declared
+        return [name for name in declared if _NAME.fullmatch(name)]
     found = [name.removesuffix(".rs").rsplit("/", 1)[-1] for name in project.glob(f"{directory}/src/bin", "*.rs")]
     if package.get("name") and project.is_file(f"{directory}/src/main.rs"):
         found.insert(0, str(package["name"]))
-    return found
+    return [name for name in found if _NAME.fullmatch(name)]
 
 
 def workspace_members(project: ProjectFiles) -> list[str]:
@@ -62,7 +66,8 @@ def choose_binary(project: ProjectFiles) -> Binary | None:
     for member in workspace_members(project):
         manifest = project.read_toml(f"{member}/Cargo.toml") or {}
         package = str((manifest.get("package") or {}).get("name", member.rsplit("/", 1)[-1]))
-        candidates += [Binary(package, name) for name in binaries(project, member)]
+        if _NAME.fullmatch(package):
+            candidates += [Binary(package, name) for name in binaries(project, member)]
     if not candidates:
         return None
     return next((c for name in _PREFERRED for c in candidates if c.name == name), candidates[0])

@@ -116,6 +116,10 @@ def po_dockerfile(framework: str, config: PreviewConfig, context: RenderContext,
     A stage named DEPENDENCIES_STAGE that carries `LABEL {DEPENDENCIES_LABEL}=<what it installs from>` is kept
     after a base preview's build; a pull request's `context.base_dependencies` then names it, for the template to
     start from when its own label differs (frameworks/nestjs shows how, and how it checks the result).
+    The text is judged as a repository's Dockerfile is (docs/security.md): no image id or po-build/ name but
+    `context.base_dependencies`, RUN flags only `--mount=` and `--network=default|none`, cache mounts only
+    `context.cache_mount`'s. A value taken from `project` (a binary's or a directory's name) goes into the text as
+    it is: allow only the characters its ecosystem allows (frameworks/rust and frameworks/go do).
     """
 
 

@@ -15,18 +15,16 @@ ONBUILD, or a `type=cache` the rewrite did not account for refuses the file with
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import read_plain
 from orchestrator.plugin_api.preview_config import ConfigError
-from orchestrator.plugin_api.types import RenderContext
+from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
-from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES
+from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, text_problems
+from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of
 
-# `# escape=\`` and the like: parser directives, only before anything else of the file
-_DIRECTIVE = re.compile(r"^#\s*([A-Za-z]+)\s*=\s*(\S+)\s*$")
-_COMMENT = re.compile(r"^[ \t\r\f\v]*#")
 # Characters Python and BuildKit (Go) read differently as line breaks or spaces: a file with one is refused, so the
 # lines read here are BuildKit's lines. BuildKit splits on \n only.
 _AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
@@ -38,6 +36,7 @@ _FLAG = re.compile(r"--([a-z-]+)=(\S*)")
 _UNREADABLE = re.compile(r"[\"'\\`$]")
 _CACHE = re.compile(r"type\s*=\s*cache", re.IGNORECASE)
 NETWORKS = ("default", "none")
+_SERVICE_CACHE_ID = re.compile(rf"{CACHE_ID_PREFIX}[0-9a-f]{{32}}")  # RenderContext.cache_mount's
 
 
 class CacheMountRefused(Exception):
@@ -69,22 +68,43 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
     return str(build_dir(repo_dir) / name)
 
 
+def injected_problems(text: str, context: RenderContext, shown: str) -> list[str]:
+    """The Dockerfile a framework plugin rendered, judged as a repository's: a template takes values from the
+    repository's files (a binary's name, a directory's), and one with a line break in it would add instructions of
+    the pull request's choosing. It may start from its base preview's kept dependencies, and its cache mounts must
+    be the service's own (`RenderContext.cache_mount`), as its RUN flags must be those a repository's may have."""
+    base = context.base_dependencies
+    if problems := text_problems(text, shown, allowed=None if base is None else base.image):
+        return problems
+
+    def service_id(name: str) -> str:
+        if not _SERVICE_CACHE_ID.fullmatch(name):
+            raise CacheMountRefused(f"{shown}: a cache mount the service did not key ({name[:40]})")
+        return name
+
+    try:
+        keyed_cache_mounts(text, service_id, shown)
+    except CacheMountRefused as exc:
+        return [str(exc)]
+    return []
+
+
 def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) -> str | None:
     """`text` with every cache mount's id replaced by `cache_id(its id, or its target)`; None when it has no cache
     mount (the file is used as it is). CacheMountRefused names what cannot be read. Every RUN's flags are read,
     with or without a cache mount: `--mount=type=$KIND` would become one once BuildKit expands it."""
     if _AMBIGUOUS.search(text):
         raise CacheMountRefused(f"{shown}: control characters or unusual spaces are not allowed in a Dockerfile")
-    directives = _directives(text)
+    directives = directives_of(text)
     for syntax in directives.get("syntax", []):
         if not _SYNTAX.match(syntax):
             raise CacheMountRefused(f"{shown}: # syntax={syntax[:60]} is not allowed (only BuildKit's own "
                                     "docker/dockerfile frontend)")
-    escape = next((value for value in directives.get("escape", []) if value in ("\\", "`")), "\\")
-    lines = _lines(text)
+    escape = escape_of(directives)
+    lines = lines_of(text)
     out: list[str] = []
     rewritten = 0
-    for start, index, logical in _instructions(lines, escape):
+    for start, index, logical in instructions(lines, escape):
         if logical is None:  # an empty or comment line
             out.extend(lines[start:index])
             continue
@@ -102,7 +122,7 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
             rewritten += count
         else:
             out.extend(lines[start:index])
-    if not rewritten and not _CACHE.search(_joined(text, escape)):
+    if not rewritten and not _CACHE.search(joined(text, escape)):
         return None
     result = "".join(out)
     # Every `type=cache` left in the file must be one the rewrite made: anything else is a form it did not read.
@@ -112,38 +132,8 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     return result
 
 
-def _lines(text: str) -> list[str]:
-    """The file's lines as BuildKit splits them: on \n only, each with its end."""
-    return [line for line in re.split(r"(?<=\n)", text) if line]
-
-
-def _directives(text: str) -> dict[str, list[str]]:
-    """The parser directives (`# escape=`, `# syntax=`) at the top of the file: each lower-case name's values."""
-    found: dict[str, list[str]] = {}
-    for line in text.removeprefix("\ufeff").split("\n"):
-        directive = _DIRECTIVE.match(line.rstrip("\r"))
-        if directive is None:
-            break
-        found.setdefault(directive[1].lower(), []).append(directive[2])
-    return found
-
-
-def _instructions(lines: list[str], escape: str) -> Iterator[tuple[int, int, str | None]]:
-    """Each instruction as BuildKit reads it — (its first line, the line after it, its logical text) — and each
-    empty or comment line between them, with None for its text."""
-    index = 0
-    while index < len(lines):
-        start = index
-        if not lines[index].strip() or _COMMENT.match(lines[index]):
-            index += 1
-            yield start, index, None
-            continue
-        logical, index = _instruction(lines, index, escape)
-        yield start, index, logical
-
-
 def _instructions_mentioning_cache(text: str, escape: str) -> int:
-    return sum(len(_CACHE.findall(logical)) for _, _, logical in _instructions(_lines(text), escape) if logical)
+    return sum(len(_CACHE.findall(logical)) for _, _, logical in instructions(lines_of(text), escape) if logical)
 
 
 def _run_line(rest: str, cache_id: Callable[[str], str], shown: str) -> tuple[str, int]:
@@ -189,31 +179,3 @@ def _mount(value: str, cache_id: Callable[[str], str], shown: str) -> tuple[str,
         raise CacheMountRefused(f"{shown}: a cache mount without a target ({value[:60]})")
     kept = [field for field, (key, _) in zip(fields, options, strict=True) if key != "id"]
     return ",".join([*kept, f"id={cache_id(named or target)}"]), 1
-
-
-def _continues(line: str, escape: str) -> bool:
-    return line.rstrip(" \t\r\n").endswith(escape)
-
-
-def _instruction(lines: list[str], index: int, escape: str) -> tuple[str, int]:
-    """The logical instruction starting at `index` (continuations joined, comment and empty lines inside them
-    skipped, as BuildKit reads it) and the index after it."""
-    parts: list[str] = []
-    line = lines[index]
-    index += 1
-    while _continues(line, escape):
-        parts.append(line.rstrip(" \t\r\n")[:-1])
-        while index < len(lines) and (not lines[index].strip() or _COMMENT.match(lines[index])):
-            index += 1
-        if index >= len(lines):
-            line = ""
-            break
-        line = lines[index]
-        index += 1
-    parts.append(line.rstrip("\r\n"))
-    return "".join(parts), index
-
-
-def _joined(text: str, escape: str) -> str:
-    """The file with its line continuations joined (for looking, not for running)."""
-    return re.sub(re.escape(escape) + r"[ \t]*\r?\n", "", text)

@@ -1,13 +1,20 @@
-"""What a repository's Dockerfile may not do, judged on its text as BuildKit reads all of it: name the service's
-namespace of built images (po-build/) or an image by its id (which Docker resolves against every local image,
-another preview's built one too). Its cache mounts are made the repository's own by dockerfile_cache.py."""
+"""What a Dockerfile may not do, judged on its instructions as BuildKit reads them (dockerfile_text.py: continuations
+joined, comment lines inside them skipped) with its variables expanded as BuildKit would expand them: name the
+service's namespace of built images (po-build/) or an image by its id (which Docker resolves against every local
+image, another preview's built one too) as a base or a source. A repository's Dockerfile, its dockerfile_inline and
+the service's own injected one are all judged so (the injected one takes values from the repository's files). Cache
+mounts are made the repository's own by dockerfile_cache.py."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import shlex
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from orchestrator.plugin_api.types import BUILT_IMAGES
+from orchestrator.rendering.dockerfile_text import directives_of, escape_of, joined, logical_instructions
 
 MAX_DOCKERFILE_BYTES = 1024 * 1024  # a Dockerfile or dockerfile_inline larger than this is refused, not cut
 
@@ -15,33 +22,160 @@ MAX_DOCKERFILE_BYTES = 1024 * 1024  # a Dockerfile or dockerfile_inline larger t
 # An image id or a prefix of one, which Docker resolves against every local image: a built image of another preview
 # too, whatever its name. Refused as `image:`, `FROM`, `COPY --from` and a mount's `from=`.
 IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", re.IGNORECASE | re.MULTILINE)
-_FROM_FLAG = re.compile(r"(?:--from=|[\s,]from=)([^\s,]+)", re.IGNORECASE)
+# `$NAME`, `${NAME}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:+word}`, `${NAME+word}`: what is expanded here; any
+# other `$` left in a source (`${NAME#x}`, an escaped one) is a form the policy cannot read, and is refused
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
+MAX_EXPANSIONS = 256  # the combinations of a source's variables' values judged; more is refused
 
 
-def dockerfile_problems(path: Path, shown: str) -> list[str]:
-    """A repository's Dockerfile may not name the service's namespace of built images (in FROM, `COPY --from`,
-    `RUN --mount=from=`, or a build argument's default): another preview's image would be its base or source.
-    The names there are also keyed (RenderContext.built_image): this keeps even a leaked one out."""
+def dockerfile_problems(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> list[str]:
+    """A repository's Dockerfile at `path` (`text_problems`); `build_args`: what its build passes (compose's)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         return [f"{shown} cannot be read ({exc.strerror})"]
     if len(data) > MAX_DOCKERFILE_BYTES:  # BuildKit reads all of it: what is judged must be all of it
         return [f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"]
-    text = data.decode("utf-8", "replace")
-    if names_built_images(text):
+    return text_problems(data.decode("utf-8", "replace"), shown, build_args)
+
+
+def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | None = None,
+                  allowed: str | None = None) -> list[str]:
+    """A Dockerfile may not name the service's namespace of built images or an image id as a base (FROM) or a
+    source (`COPY --from`, `RUN --mount=from=`), written out or through a variable (an ARG's or ENV's value, a
+    build argument): another preview's image would be its base or source. `allowed`: the one po-build/ image it may
+    name (a pull request's injected Dockerfile starts from its base preview's kept dependencies)."""
+    looked_at = text.replace(allowed, "") if allowed else text
+    if names_built_images(looked_at):
         return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
-    froms = list(_FROM.finditer(text))
-    # a stage's name or index (`COPY --from=builder`, `--from=0`) is not an image
-    stages = {match[2].lower() for match in froms if match[2]} | {str(index) for index in range(len(froms))}
-    sources = [match[1] for match in froms] + [match[1] for match in _FROM_FLAG.finditer(text)]
-    ids = [source for source in sources if IMAGE_ID.fullmatch(source) and source.lower() not in stages]
-    if ids:
-        return [f"{shown} may not name an image by its id ({ids[0][:20]}: it names whatever image the host has)"]
+    instructions = [words for logical in logical_instructions(text) if (words := logical.split())]
+    stages = _stages(instructions)
+    values = _values(instructions, build_args or {})
+    for source in _sources(instructions):
+        source = source.strip("\"'")  # a quoted value is judged without its quotes
+        try:
+            expanded = _expansions(source, values)
+        except ValueError as exc:
+            return [f"{shown}: {exc}"]
+        for value in expanded:
+            if value != allowed and names_built_images(value):
+                return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
+            if IMAGE_ID.fullmatch(value) and value.lower() not in stages:
+                return [f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host "
+                        "has)"]
     return []
 
 
+def build_args(args: object) -> dict[str, str | None]:
+    """A compose build's `args` (a mapping, or a list of `NAME=value`) as a mapping, for `text_problems`."""
+    if isinstance(args, dict):
+        return {str(name): None if value is None else str(value) for name, value in args.items()}
+    if isinstance(args, list):
+        return {name: value for name, _, value in (str(item).partition("=") for item in args)}
+    return {}
+
+
 def names_built_images(text: str) -> bool:
-    # joined across line continuations (`\` or, with `# escape=\``, a backtick)
-    return f"{BUILT_IMAGES}/" in text.lower().replace("\\\n", "").replace("`\n", "")
+    """Whether `text` names po-build/, in its lines or in its instructions as BuildKit joins them (across a
+    continuation with spaces after the escape character, comment or empty lines inside it, CRLF line ends)."""
+    lowered = text.lower()
+    needle = f"{BUILT_IMAGES}/"
+    if needle in lowered or needle in lowered.replace("\\\n", "").replace("`\n", ""):
+        return True
+    escape = escape_of(directives_of(text))
+    return needle in joined(lowered, escape) or any(needle in logical.lower()
+                                                   for logical in logical_instructions(text))
+
+
+def _keyword(words: list[str]) -> tuple[str, list[str]]:
+    """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
+    keyword, rest = words[0].upper(), words[1:]
+    if keyword == "ONBUILD" and rest:
+        return _keyword(rest)
+    return keyword, rest
+
+
+def _stages(instructions: list[list[str]]) -> set[str]:
+    """The build's stages by name and index: `COPY --from=builder` and `--from=0` name no image."""
+    froms = [rest for keyword, rest in map(_keyword, instructions) if keyword == "FROM"]
+    named = {rest[index + 1].lower() for rest in froms for index, word in enumerate(rest[:-1])
+             if word.upper() == "AS"}
+    return named | {str(index) for index in range(len(froms))}
+
+
+def _sources(instructions: list[list[str]]) -> Iterable[str]:
+    """Every image a build may start from or read: FROM's image, `COPY|ADD --from=`, a RUN mount's `from=`."""
+    for keyword, rest in map(_keyword, instructions):
+        flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
+        if keyword == "FROM" and len(rest) > len(flags):
+            yield rest[len(flags)]
+        for flag in flags:
+            name, _, value = flag[2:].partition("=")
+            if keyword in ("COPY", "ADD") and name.lower() == "from":
+                yield value
+            elif keyword == "RUN" and name.lower() == "mount":
+                for option in value.split(","):
+                    key, _, item = option.partition("=")
+                    if key.strip().lower() == "from":
+                        yield item.strip()
+
+
+def _values(instructions: list[list[str]], build_args: Mapping[str, str | None]) -> dict[str, set[str]]:
+    """Each variable's possible values: every ARG default and ENV value the file gives it, the build argument, and
+    unset. Over-approximated on purpose (any stage's, any order): a value judged needlessly costs nothing."""
+    values: dict[str, set[str]] = {}
+    for keyword, rest in map(_keyword, instructions):
+        if keyword not in ("ARG", "ENV"):
+            continue
+        try:
+            pairs = shlex.split(" ".join(rest))
+        except ValueError:
+            pairs = rest
+        if keyword == "ENV" and pairs and "=" not in pairs[0]:  # the old form: `ENV NAME the value`
+            pairs = [f"{pairs[0]}={' '.join(pairs[1:])}"]
+        for pair in pairs:
+            name, _, value = pair.partition("=")
+            values.setdefault(name, {""}).add(value)
+    for name, value in build_args.items():
+        values.setdefault(str(name), {""}).add("" if value is None else str(value))
+    return values
+
+
+def _expansions(source: str, values: dict[str, set[str]], depth: int = 3) -> set[str]:
+    """`source` with its variables replaced by each combination of their possible values. ValueError for a form
+    this cannot read, or too many combinations."""
+    found = list(_VARIABLE.finditer(source))
+    if not found:
+        if "$" in source:
+            raise ValueError(f"a variable the service cannot read names an image ({source[:60]}; write $NAME, "
+                             "${NAME} or ${NAME:-default})")
+        return {source}
+    choices = []
+    for match in found:
+        name = match[1] or match[4]
+        operator, word = match[2], match[3] or ""
+        possible = values.get(name, {""})
+        if operator and operator.endswith("-"):
+            possible = possible | {word}
+        elif operator:  # `+`: the word when set, else nothing
+            possible = {word, ""}
+        choices.append(sorted(possible))
+    combinations = 1
+    for choice in choices:
+        combinations *= len(choice)
+    if combinations > MAX_EXPANSIONS:
+        raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
+    expanded: set[str] = set()
+    for combination in itertools.product(*choices):
+        parts, position = [], 0
+        for match, value in zip(found, combination, strict=True):
+            parts += [source[position:match.start()], value]
+            position = match.end()
+        result = "".join([*parts, source[position:]])
+        if "$" in result and depth > 0:  # a value that names another variable
+            expanded |= _expansions(result, values, depth - 1)
+        elif "$" in result:
+            raise ValueError(f"an image named through variables nested too deep ({source[:60]})")
+        else:
+            expanded.add(result)
+    return expanded

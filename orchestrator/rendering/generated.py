@@ -18,7 +18,7 @@ from orchestrator.rendering.compose_document import (
     dump_compose,
     escape,
 )
-from orchestrator.rendering.dockerfile_cache import keyed_dockerfile
+from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_dockerfile
 from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
@@ -40,6 +40,8 @@ def generated(
         text = host.dockerfile(config.framework, config, context, ProjectFiles(repo_dir))
         if text is None:
             raise ConfigError([f"framework {config.framework} has no default Dockerfile; add a Dockerfile"])
+        if problems := injected_problems(text, context, f"the {config.framework} framework's Dockerfile"):
+            raise ConfigError(problems)
         files[INJECTED_DOCKERFILE] = text
         dockerfile, injected = INJECTED_DOCKERFILE, True
 

@@ -23,7 +23,7 @@ from orchestrator.rendering.compose_document import (
 )
 from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import dockerfile_problems
+from orchestrator.rendering.dockerfile_policy import build_args, dockerfile_problems, text_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.routed_services import declared_routes, unroutable
 
@@ -58,7 +58,11 @@ def repository_owned(
     for service_name, service in (compose.get("services") or {}).items():
         build = service.get("build") if isinstance(service, dict) else None
         shown = f"{name}: service {service_name}: its Dockerfile"
+        args = build_args(build.get("args")) if isinstance(build, dict) else {}
         if isinstance(build, dict) and build.get("dockerfile_inline"):
+            if found := text_problems(str(build["dockerfile_inline"]), shown, args):
+                problems += found
+                continue
             try:  # its cache mounts are the repository's own too
                 inline = keyed_cache_mounts(str(build["dockerfile_inline"]), context.repository_cache_id, shown)
             except CacheMountRefused as exc:
@@ -70,7 +74,7 @@ def repository_owned(
             if dockerfile.name == "Dockerfile" and not dockerfile.exists():
                 dockerfile = dockerfile.with_name("dockerfile")  # BuildKit's own fallback: it reads that one
             if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():  # none: compose's build says so
-                found = dockerfile_problems(dockerfile, shown)
+                found = dockerfile_problems(dockerfile, shown, args)
                 problems += found
                 if not found:
                     try:

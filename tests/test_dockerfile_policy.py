@@ -1,0 +1,136 @@
+"""The Dockerfile policy as BuildKit reads a Dockerfile (rendering/dockerfile_policy.py): no image of another preview
+as a base or a source — by its id or by the service's po-build/ names — however it is written: through an ARG, an
+ENV or a build argument, across a line continuation BuildKit joins, in a compose file's dockerfile_inline, or in the
+service's own injected Dockerfile through a value a template takes from the repository's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.plugin_api.preview_config import ConfigError
+from orchestrator.plugin_api.types import BaseDependencies
+from orchestrator.rendering.checkout_config import load_checkout_config
+from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
+from orchestrator.rendering.dockerfile_cache import injected_problems
+from orchestrator.rendering.dockerfile_policy import names_built_images, text_problems
+from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
+from tests.support.repos import config_for, make_repo
+
+ID = "may not name an image by its id"
+BUILT = "may not name po-build/"
+
+
+@pytest.fixture(scope="module")
+def host() -> PluginHost:
+    return build_plugin_host(load_entry_points=False)
+
+
+@pytest.mark.parametrize(("dockerfile", "args", "problem"), [
+    ("ARG I=3f2a9c1d\nFROM $I\n", {}, ID),
+    ("ARG I=3f2a9c1d\nFROM python:3.12\nCOPY --from=${I} /etc /loot\n", {}, ID),
+    ('ARG I="sha256:3f2a9c1d"\nFROM ${I}\n', {}, ID),
+    ("ARG I\nFROM $I\n", {"I": "3f2a9c1d"}, ID),  # a compose file's build argument
+    ("FROM ${I:-3f2a9c1d}\n", {}, ID),
+    ("ARG A=3f2a\nARG B=${A}9c1d\nFROM $B\n", {}, ID),  # one variable naming another
+    ("FROM python:3.12\nENV S=beef\nCOPY --from=$S /a /a\n", {}, ID),
+    ("FROM 3f2a\\\n9c1d\n", {}, ID),  # a continuation BuildKit joins
+    ("FROM 3f2a\\ \n# a comment inside it\n\n9c1d\n", {}, ID),
+    ("FROM python:3.12\nONBUILD COPY --from=3f2a /a /a\n", {}, ID),
+    ("FROM python:3.12\nCOPY --from=\"3f2a\" /a /a\n", {}, ID),
+    ("ARG I=po-\nFROM ${I}build/0123-app\n", {}, BUILT),
+    ("ARG I\nFROM python:3.12\nCOPY --from=$I /a /a\n", {"I": "po-build/0123-app"}, BUILT),
+    ("FROM po-\\ \nbuild/0123-app\n", {}, BUILT),
+    ("FROM po-\\\n# comment\nbuild/0123-app\n", {}, BUILT),
+    ("FROM po-\\\n\nbuild/0123-app\n", {}, BUILT),
+    ("FROM po-\\\r\nbuild/0123-app\r\n", {}, BUILT),
+    ("FROM ${I#x}\n", {}, "a variable the service cannot read"),
+])
+def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(dockerfile: str, args: dict[str, str],
+                                                                          problem: str) -> None:
+    [found] = text_problems(dockerfile, "Dockerfile", args)
+    assert problem in found
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "ARG NODE_VERSION=20\nFROM node:${NODE_VERSION}-alpine AS build\nFROM debian:12\nCOPY --from=build /a /a\n",
+    "ARG BASE=python:3.12\nFROM $BASE\nARG STAGE=0\nCOPY --from=${STAGE} /a /a\n",
+    "FROM --platform=$BUILDPLATFORM golang:1.22 AS beef\nFROM scratch\nCOPY --from=beef /a /a\n",
+    "FROM python:3.12\nRUN echo from=3f2a --from=3f2a\n",  # words of a command, not flags
+])
+def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
+    assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []
+
+
+def test_names_built_images_reads_continuations_as_buildkit_joins_them() -> None:
+    assert names_built_images("FROM po-\\ \n#c\n\nbuild/x\n")
+    assert names_built_images("# escape=`\nFROM po-`\nbuild/x\n")
+    assert not names_built_images("FROM python:3.12\nRUN echo po-\\\n  done\n")
+
+
+def test_a_compose_file_s_dockerfile_inline_is_judged_as_a_dockerfile(host: PluginHost, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", config_for("go"))
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k")
+
+    def render_with(build: dict) -> None:
+        compose = {"services": {"app": {"build": {"context": str(repo), **build}}}}
+        (repo / "compose.preview.yml").write_text(yaml.safe_dump(compose))
+        render_deployment(host, repo, load_checkout_config(host, repo), context,
+                          normalize=lambda path, project: yaml.safe_load(path.read_text()))
+
+    for build in ({"dockerfile_inline": "FROM 3f2a9c1d\n"},
+                  {"dockerfile_inline": "ARG I\nFROM $I\n", "args": {"I": "3f2a9c1d"}},
+                  {"dockerfile_inline": "ARG I\nFROM $I\n", "args": ["I=3f2a9c1d"]}):
+        with pytest.raises(ConfigError) as refused:
+            render_with(build)
+        assert any(ID in problem for problem in refused.value.problems), refused.value.problems
+    (repo / "Dockerfile").write_text("ARG I\nFROM $I\n")
+    with pytest.raises(ConfigError) as refused:
+        render_with({"args": {"I": "3f2a9c1d"}})  # a Dockerfile of the repository, with compose's argument
+    assert any(ID in problem for problem in refused.value.problems), refused.value.problems
+    render_with({"dockerfile_inline": "ARG V=3.12\nFROM python:${V}\n"})
+
+
+def test_a_template_s_value_from_the_repository_cannot_add_instructions(host: PluginHost, tmp_path: Path) -> None:
+    """A Cargo.toml's binary name and a Go command's directory name go into the injected Dockerfile: a line break in
+    one would be a COPY --from of another preview's image, past every check of a repository's Dockerfile."""
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k", build_cache=True)
+    hostile = "a\nCOPY --from=3f2a9c1d / /loot\nRUN true #"
+    rust = make_repo(tmp_path / "rust", config_for("rust"), files={"Cargo.toml": _toml(hostile),
+                                                                   "src/main.rs": "fn main() {}\n"})
+    directory = "a\nFROM 3f2a9c1d AS loot\nRUN true #"  # git allows a line break in a file's name
+    go = make_repo(tmp_path / "go", config_for("go"), files={"go.mod": "module example.com/shop\n\ngo 1.22\n",
+                                                             f"cmd/{directory}/main.go": "package main\n"})
+    for repo in (rust, go):
+        rendered = render_deployment(host, repo, load_checkout_config(host, repo), context)
+        text = rendered.files[INJECTED_DOCKERFILE]
+        assert "3f2a9c1d" not in text and "loot" not in text  # the name is not the template's to use
+        assert injected_problems(text, context, "Dockerfile") == []
+    # and the rendered text is judged whatever a template put in it (a third party's plugin, a value missed)
+    template = "FROM rust:1 AS build\nRUN cargo build --bin {name}\nFROM debian:12\nCOPY --from=build /a /a\n"
+    [problem] = injected_problems(template.format(name=hostile), context, "the rust framework's Dockerfile")
+    assert ID in problem
+    assert injected_problems(template.format(name="server"), context, "Dockerfile") == []
+    for extra, refused in (("RUN --network=host true\n", "RUN --network"),
+                           ("RUN --mount=type=cache,target=/root/.cache true\n", "a cache mount the service did not"),
+                           ("FROM po-build/0123-app\n", BUILT)):
+        [problem] = injected_problems(template.format(name="server") + extra, context, "Dockerfile")
+        assert refused in problem
+
+
+def test_an_injected_dockerfile_may_start_from_its_base_preview_s_dependencies_and_nothing_else_built() -> None:
+    base = BaseDependencies(image="po-build/0123456789abcdef0123456789abcdef-dependencies", installed="x")
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k").model_copy(update={"base_dependencies": base})
+    text = f"FROM {base.image} AS dependencies\nFROM dependencies AS build\nFROM node:20\nCOPY --from=build /a /a\n"
+    assert injected_problems(text, context, "Dockerfile") == []
+    [problem] = injected_problems(text + "COPY --from=po-build/0123-app /a /b\n", context, "Dockerfile")
+    assert BUILT in problem
+    [problem] = injected_problems(text, context.model_copy(update={"base_dependencies": None}), "Dockerfile")
+    assert BUILT in problem
+
+
+def _toml(bin_name: str) -> str:
+    escaped = bin_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'[package]\nname = "shop"\nversion = "0.1.0"\n\n[[bin]]\nname = "{escaped}"\npath = "src/main.rs"\n'
