@@ -21,6 +21,7 @@ from tests.support.repos import config_for, make_repo
 
 ID = "may not name an image by its id"
 BUILT = "may not name po-build/"
+PLAIN = "may be named only with a reference's characters"
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +40,43 @@ def host() -> PluginHost:
     ("FROM 3f2a\\\n9c1d\n", {}, ID),  # a continuation BuildKit joins
     ("FROM 3f2a\\ \n# a comment inside it\n\n9c1d\n", {}, ID),
     ("FROM python:3.12\nONBUILD COPY --from=3f2a /a /a\n", {}, ID),
-    ("FROM python:3.12\nCOPY --from=\"3f2a\" /a /a\n", {}, ID),
+    ("FROM python:3.12\nCOPY --from=\"3f2a\" /a /a\n", {}, PLAIN),
     ("ARG I=po-\nFROM ${I}build/0123-app\n", {}, BUILT),
     ("ARG I\nFROM python:3.12\nCOPY --from=$I /a /a\n", {"I": "po-build/0123-app"}, BUILT),
     ("FROM po-\\ \nbuild/0123-app\n", {}, BUILT),
     ("FROM po-\\\n# comment\nbuild/0123-app\n", {}, BUILT),
     ("FROM po-\\\n\nbuild/0123-app\n", {}, BUILT),
     ("FROM po-\\\r\nbuild/0123-app\r\n", {}, BUILT),
-    ("FROM ${I#x}\n", {}, "a variable the service cannot read"),
+    ("FROM ${I#x}\n", {}, PLAIN),
+    # quotes and escapes BuildKit's lexer removes
+    ('FROM po-"build"/0123-app\n', {}, PLAIN),
+    ("FROM po-build''/0123-app\n", {}, PLAIN),
+    ("FROM python:3.12\nCOPY --from=po-bu\\ild/0123-app / /\n", {}, PLAIN),
+    ('FROM ${X:-po-"build"/0123-app}\n', {}, PLAIN),
+    ('FROM 3f2a"9c1b7d4e"\n', {}, PLAIN),
+    # another frontend, wherever BuildKit looks for one
+    ("# syntax=evil/fe x\nFROM b\n", {}, "is not allowed (only BuildKit's own"),
+    ("#!x\n# syntax=evil/fe\nFROM b\n", {}, "a first line starting #!"),
+    ("// syntax=evil/fe\nFROM b\n", {}, "a syntax line outside"),
+    ('{"syntax": "evil/fe"}', {}, "written as JSON"),
+    # lines BuildKit's versions, or BuildKit and this reader, would join otherwise
+    ("FROM python:3.12\nRUN echo \\\\\nCOPY --from=3f2a9c1b7d4e / /\n", {}, "ends in \\\\"),
+    ("FROM python:3.12\nRUN echo x\\\r \nCOPY --from=3f2a / /\n", {}, "control characters"),
+    ("FROM python:3.12\nRUN <<'EOF\\'\nx\nEOF\\\nCOPY --from=3f2a9c1b7d4e / /\n", {}, "not a plain heredoc"),
+    ("FROM python:3.12\nRUN <<EOF\necho \\\nEOF\nCOPY --from=3f2a9c1b7d4e / /\n", {}, ID),
+    ("FROM python:3.12\nRUN <<EOF\nFROM 3f2a9c1b7d4e\nEOF\n", {}, ID),  # a builder without heredocs reads it
+    ("# foo=bar\n# escape=`\nFROM b\n", {}, "an escape directive"),
+    ("# check=skip=all\n# escape=`\nFROM b\n", {}, "an escape directive"),
+    ("  # escape=`\nFROM python:3.12\nCOPY --from=3f2a`\n9c1b / /\n", {}, ID),
+    ("\ufeffFROM 3f2a9c1b7d4e\n", {}, ID),
+    ("FROM python:3.12\n\ufeffFROM 3f2a\n", {}, "control characters"),
+    # what BuildKit adds to a bare name before it looks it up
+    ("FROM docker.io/library/3f2a9c1b7d4e\n", {}, ID),
+    ("FROM 3f2a9c1b7d4e:latest\n", {}, ID),
+    ("FROM index.docker.io/library/3f2a\n", {}, ID),
+    # a FROM names only the stages before it, and never one by its index
+    ("FROM abc123\nFROM alpine AS abc123\n", {}, ID),
+    ("FROM alpine\nFROM 0\n", {}, ID),
 ])
 def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(dockerfile: str, args: dict[str, str],
                                                                           problem: str) -> None:
@@ -59,6 +89,9 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "ARG BASE=python:3.12\nFROM $BASE\nARG STAGE=0\nCOPY --from=${STAGE} /a /a\n",
     "FROM --platform=$BUILDPLATFORM golang:1.22 AS beef\nFROM scratch\nCOPY --from=beef /a /a\n",
     "FROM python:3.12\nRUN echo from=3f2a --from=3f2a\n",  # words of a command, not flags
+    "FROM python:3.12\nRUN python3 - <<EOF\nfrom abc import ABC\nprint(ABC)\nEOF\n",  # a heredoc's body
+    "FROM python:3.12\nCOPY <<-EOF /etc/x\n\tsome text\n\tEOF\nRUN true\n",
+    "# syntax=docker/dockerfile:1.7\n# escape=\\\nFROM python:3.12 AS cafe\nCOPY --from=cafe /a /a\n",
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []

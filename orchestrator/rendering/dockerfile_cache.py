@@ -23,13 +23,8 @@ from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
 from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, text_problems
-from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of
+from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of, unreadable
 
-# Characters Python and BuildKit (Go) read differently as line breaks or spaces: a file with one is refused, so the
-# lines read here are BuildKit's lines. BuildKit splits on \n only.
-_AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
-# `# syntax=`: BuildKit's own Dockerfile frontend only. Another frontend image would build whatever it likes.
-_SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.-]*(?:@sha256:[0-9a-f]{64})?$")
 _SPACES = re.compile(r"\s*")
 _WORD = re.compile(r"\S*")
 _FLAG = re.compile(r"--([a-z-]+)=(\S*)")
@@ -93,14 +88,9 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     """`text` with every cache mount's id replaced by `cache_id(its id, or its target)`; None when it has no cache
     mount (the file is used as it is). CacheMountRefused names what cannot be read. Every RUN's flags are read,
     with or without a cache mount: `--mount=type=$KIND` would become one once BuildKit expands it."""
-    if _AMBIGUOUS.search(text):
-        raise CacheMountRefused(f"{shown}: control characters or unusual spaces are not allowed in a Dockerfile")
-    directives = directives_of(text)
-    for syntax in directives.get("syntax", []):
-        if not _SYNTAX.match(syntax):
-            raise CacheMountRefused(f"{shown}: # syntax={syntax[:60]} is not allowed (only BuildKit's own "
-                                    "docker/dockerfile frontend)")
-    escape = escape_of(directives)
+    if (reason := unreadable(text)) is not None:
+        raise CacheMountRefused(f"{shown}: {reason}")
+    escape = escape_of(directives_of(text))
     lines = lines_of(text)
     out: list[str] = []
     rewritten = 0

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from orchestrator.plugin_api.types import BUILT_IMAGES
-from orchestrator.rendering.dockerfile_text import directives_of, escape_of, joined, logical_instructions
+from orchestrator.rendering.dockerfile_text import (
+    directives_of,
+    escape_of,
+    joined,
+    logical_instructions,
+    readings,
+    unreadable,
+)
 
 MAX_DOCKERFILE_BYTES = 1024 * 1024  # a Dockerfile or dockerfile_inline larger than this is refused, not cut
 
@@ -26,6 +33,9 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 # other `$` left in a source (`${NAME#x}`, an escaped one) is a form the policy cannot read, and is refused
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
 MAX_EXPANSIONS = 256  # the combinations of a source's variables' values judged; more is refused
+# What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
+# lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
+_PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
 
 
 def dockerfile_problems(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> list[str]:
@@ -44,26 +54,48 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
     """A Dockerfile may not name the service's namespace of built images or an image id as a base (FROM) or a
     source (`COPY --from`, `RUN --mount=from=`), written out or through a variable (an ARG's or ENV's value, a
     build argument): another preview's image would be its base or source. `allowed`: the one po-build/ image it may
-    name (a pull request's injected Dockerfile starts from its base preview's kept dependencies)."""
+    name (a pull request's injected Dockerfile starts from its base preview's kept dependencies). A file BuildKit
+    could read otherwise than dockerfile_text.py does is refused with the reason."""
+    if (reason := unreadable(text)) is not None:
+        return [f"{shown}: {reason}"]
     looked_at = text.replace(allowed, "") if allowed else text
     if names_built_images(looked_at):
         return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
-    instructions = [words for logical in logical_instructions(text) if (words := logical.split())]
-    stages = _stages(instructions)
-    values = _values(instructions, build_args or {})
-    for source in _sources(instructions):
-        source = source.strip("\"'")  # a quoted value is judged without its quotes
+    for reading in readings(text):
+        if problem := _reading_problem([words for logical in reading if (words := logical.split())], shown,
+                                       build_args or {}, allowed):
+            return [problem]
+    return []
+
+
+def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
+                     allowed: str | None) -> str | None:
+    values = _values(instructions, build_args)
+    for source, stages in _sources(instructions):
+        if not _PLAIN_SOURCE.fullmatch(source):
+            return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
+                    f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
         try:
             expanded = _expansions(source, values)
         except ValueError as exc:
-            return [f"{shown}: {exc}"]
+            return f"{shown}: {exc}"
         for value in expanded:
+            if not _PLAIN_SOURCE.fullmatch(value) or "$" in value:
+                return f"{shown}: an image named through a variable with characters of no reference ({source[:60]})"
             if value != allowed and names_built_images(value):
-                return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
-            if IMAGE_ID.fullmatch(value) and value.lower() not in stages:
-                return [f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host "
-                        "has)"]
-    return []
+                return f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"
+            if IMAGE_ID.fullmatch(_normalized(value)) and value.lower() not in stages:
+                return f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has)"
+    return None
+
+
+def _normalized(reference: str) -> str:
+    """An image reference as BuildKit looks it up, without what it adds to a bare name (docker.io/library/, the
+    tag latest), so that `docker.io/library/3f2a:latest` is judged as `3f2a`."""
+    lowered = reference.lower()
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        lowered = lowered.removeprefix(prefix)
+    return lowered.removeprefix("library/").removesuffix(":latest")
 
 
 def build_args(args: object) -> dict[str, str | None]:
@@ -95,29 +127,31 @@ def _keyword(words: list[str]) -> tuple[str, list[str]]:
     return keyword, rest
 
 
-def _stages(instructions: list[list[str]]) -> set[str]:
-    """The build's stages by name and index: `COPY --from=builder` and `--from=0` name no image."""
-    froms = [rest for keyword, rest in map(_keyword, instructions) if keyword == "FROM"]
-    named = {rest[index + 1].lower() for rest in froms for index, word in enumerate(rest[:-1])
-             if word.upper() == "AS"}
-    return named | {str(index) for index in range(len(froms))}
-
-
-def _sources(instructions: list[list[str]]) -> Iterable[str]:
-    """Every image a build may start from or read: FROM's image, `COPY|ADD --from=`, a RUN mount's `from=`."""
+def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
+    """Every image a build may start from or read — FROM's image, `COPY|ADD --from=`, a RUN mount's `from=` — with
+    the stages it could name instead, as BuildKit resolves them: a FROM only the stages named before it; a
+    `--from` those and their indexes (`--from=0`)."""
+    names: list[str] = []
     for keyword, rest in map(_keyword, instructions):
         flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
-        if keyword == "FROM" and len(rest) > len(flags):
-            yield rest[len(flags)]
+        if keyword == "FROM":
+            arguments = rest[len(flags):]
+            # `FROM image` or `FROM image AS name`: any other FROM fails the build (a heredoc's `from x import y`
+            # read by a builder without heredocs), so it names nothing
+            if len(arguments) == 1 or (len(arguments) == 3 and arguments[1].upper() == "AS"):
+                yield arguments[0], set(names)
+            names.append(arguments[2].lower() if len(arguments) == 3 else "")
+            continue
+        stages = set(names) | {str(index) for index in range(len(names))}
         for flag in flags:
             name, _, value = flag[2:].partition("=")
             if keyword in ("COPY", "ADD") and name.lower() == "from":
-                yield value
+                yield value, stages
             elif keyword == "RUN" and name.lower() == "mount":
                 for option in value.split(","):
                     key, _, item = option.partition("=")
                     if key.strip().lower() == "from":
-                        yield item.strip()
+                        yield item.strip(), stages
 
 
 def _values(instructions: list[list[str]], build_args: Mapping[str, str | None]) -> dict[str, set[str]]:
