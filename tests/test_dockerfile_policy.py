@@ -22,6 +22,7 @@ from tests.support.repos import config_for, make_repo
 ID = "may not name an image by its id"
 BUILT = "may not name po-build/"
 PLAIN = "may be named only with a reference's characters"
+FLAG = "a flag with quotes, escapes or characters other than ASCII"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def host() -> PluginHost:
     ("FROM 3f2a\\\n9c1d\n", {}, ID),  # a continuation BuildKit joins
     ("FROM 3f2a\\ \n# a comment inside it\n\n9c1d\n", {}, ID),
     ("FROM python:3.12\nONBUILD COPY --from=3f2a /a /a\n", {}, ID),
-    ("FROM python:3.12\nCOPY --from=\"3f2a\" /a /a\n", {}, PLAIN),
+    ("FROM python:3.12\nCOPY --from=\"3f2a\" /a /a\n", {}, FLAG),
     ("ARG I=po-\nFROM ${I}build/0123-app\n", {}, BUILT),
     ("ARG I\nFROM python:3.12\nCOPY --from=$I /a /a\n", {"I": "po-build/0123-app"}, BUILT),
     ("FROM po-\\ \nbuild/0123-app\n", {}, BUILT),
@@ -51,7 +52,7 @@ def host() -> PluginHost:
     # quotes and escapes BuildKit's lexer removes
     ('FROM po-"build"/0123-app\n', {}, PLAIN),
     ("FROM po-build''/0123-app\n", {}, PLAIN),
-    ("FROM python:3.12\nCOPY --from=po-bu\\ild/0123-app / /\n", {}, PLAIN),
+    ("FROM python:3.12\nCOPY --from=po-bu\\ild/0123-app / /\n", {}, FLAG),
     ('FROM ${X:-po-"build"/0123-app}\n', {}, PLAIN),
     ('FROM 3f2a"9c1b7d4e"\n', {}, PLAIN),
     # another frontend, wherever BuildKit looks for one
@@ -62,7 +63,8 @@ def host() -> PluginHost:
     # lines BuildKit's versions, or BuildKit and this reader, would join otherwise
     ("FROM python:3.12\nRUN echo \\\\\nCOPY --from=3f2a9c1b7d4e / /\n", {}, "ends in \\\\"),
     ("FROM python:3.12\nRUN echo x\\\r \nCOPY --from=3f2a / /\n", {}, "control characters"),
-    ("FROM python:3.12\nRUN <<'EOF\\'\nx\nEOF\\\nCOPY --from=3f2a9c1b7d4e / /\n", {}, "not a plain heredoc"),
+    ("FROM python:3.12\nRUN <<'EOF\\'\nx\nEOF\\\nCOPY --from=3f2a9c1b7d4e / /\n", {},
+     "a heredoc the service cannot read"),
     ("FROM python:3.12\nRUN <<EOF\necho \\\nEOF\nCOPY --from=3f2a9c1b7d4e / /\n", {}, ID),
     ("FROM python:3.12\nRUN <<EOF\nFROM 3f2a9c1b7d4e\nEOF\n", {}, ID),  # a builder without heredocs reads it
     ("# foo=bar\n# escape=`\nFROM b\n", {}, "an escape directive"),
@@ -77,6 +79,20 @@ def host() -> PluginHost:
     # a FROM names only the stages before it, and never one by its index
     ("FROM abc123\nFROM alpine AS abc123\n", {}, ID),
     ("FROM alpine\nFROM 0\n", {}, ID),
+    # flags as BuildKit reads them: byte by byte, quotes and escapes removed
+    ('FROM python:3.12\nCOPY --"from"=3f2a9c1b / /loot\n', {}, FLAG),
+    ('FROM python:3.12\nCOPY --exclude="a b" --from=3f2a9c1b / /loot\n', {}, FLAG),
+    ("FROM python:3.12\nCOPY --exclude=x\u00e0--from=3f2a9c1b / /loot\n", {}, FLAG),
+    ("FROM python:3.12\nRUN --mount=target=/x\u00e0--mount=from=3f2a9c1b,target=/y cat /y/x\n", {}, FLAG),
+    ("FROM python:3.12\nONBU\u0130LD RUN true\nCOPY --from=3f2a9c1b / /\n", {}, "keyword with characters other"),
+    # heredocs as BuildKit finds them: shell words, quotes kept
+    ('FROM alpine\nRUN <<EOF\nFROM alpine AS 3f2a9c1b\nEOF\nRUN echo " <<END "\nCOPY --from=3f2a9c1b / /loot\n', {},
+     ID),
+    ("FROM alpine\nRUN <<EOF\necho never ends\n", {}, "a heredoc that never ends"),
+    # ARG words split with the file's escape character
+    ("# escape=`\nARG I=x\\ J=3f2a9c1b\nFROM $J\n", {}, ID),
+    # a mount names a stage by its name only
+    ("FROM alpine\nFROM alpine\nRUN --mount=from=1,target=/x true\n", {}, ID),
 ])
 def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(dockerfile: str, args: dict[str, str],
                                                                           problem: str) -> None:
@@ -92,9 +108,20 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "FROM python:3.12\nRUN python3 - <<EOF\nfrom abc import ABC\nprint(ABC)\nEOF\n",  # a heredoc's body
     "FROM python:3.12\nCOPY <<-EOF /etc/x\n\tsome text\n\tEOF\nRUN true\n",
     "# syntax=docker/dockerfile:1.7\n# escape=\\\nFROM python:3.12 AS cafe\nCOPY --from=cafe /a /a\n",
+    "FROM python:3.12\nRUN echo $((1<<3)) && python -c 'print(1<<3)'\nRUN bash -c 'cat <<< hi'\n",
+    "FROM python:3.12\nRUN cat > /etc/x <<'EOF'\nline\nEOF\nLABEL maintainer=\"Jos\u00e9\"\n",
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []
+
+
+def test_chained_variables_cannot_make_the_policy_work_for_hours() -> None:
+    # four variables of 24 values each, each naming the one before: 24 ** 4 images to judge, refused at once
+    arguments = "".join(f"ARG {name}={value}{i}\n" for name, value in (("A", "x"), ("B", "${A}"), ("C", "${B}"),
+                                                                       ("D", "${C}")) for i in range(24))
+    chained = "FROM ${D}\n"
+    [problem] = text_problems(arguments + chained, "Dockerfile")
+    assert "too many values to judge" in problem
 
 
 def test_names_built_images_reads_continuations_as_buildkit_joins_them() -> None:

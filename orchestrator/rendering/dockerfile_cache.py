@@ -49,7 +49,10 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
         raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
     if len(data) > MAX_DOCKERFILE_BYTES:
         raise ConfigError([f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"])
-    text = data.decode("utf-8", "replace")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([f"{shown} is not UTF-8"]) from None
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:

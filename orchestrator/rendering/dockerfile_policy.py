@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from orchestrator.rendering.dockerfile_text import (
     joined,
     logical_instructions,
     readings,
+    shell_words,
     unreadable,
 )
 
@@ -46,7 +46,11 @@ def dockerfile_problems(path: Path, shown: str, build_args: Mapping[str, str | N
         return [f"{shown} cannot be read ({exc.strerror})"]
     if len(data) > MAX_DOCKERFILE_BYTES:  # BuildKit reads all of it: what is judged must be all of it
         return [f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"]
-    return text_problems(data.decode("utf-8", "replace"), shown, build_args)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # BuildKit reads bytes: what is judged must be what it reads
+        return [f"{shown} is not UTF-8"]
+    return text_problems(text, shown, build_args)
 
 
 def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | None = None,
@@ -61,16 +65,17 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
     looked_at = text.replace(allowed, "") if allowed else text
     if names_built_images(looked_at):
         return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
+    escape = escape_of(directives_of(text))
     for reading in readings(text):
         if problem := _reading_problem([words for logical in reading if (words := logical.split())], shown,
-                                       build_args or {}, allowed):
+                                       build_args or {}, allowed, escape):
             return [problem]
     return []
 
 
 def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
-                     allowed: str | None) -> str | None:
-    values = _values(instructions, build_args)
+                     allowed: str | None, escape: str) -> str | None:
+    values = _values(instructions, build_args, escape)
     for source, stages in _sources(instructions):
         if not _PLAIN_SOURCE.fullmatch(source):
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
@@ -129,8 +134,8 @@ def _keyword(words: list[str]) -> tuple[str, list[str]]:
 
 def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
     """Every image a build may start from or read — FROM's image, `COPY|ADD --from=`, a RUN mount's `from=` — with
-    the stages it could name instead, as BuildKit resolves them: a FROM only the stages named before it; a
-    `--from` those and their indexes (`--from=0`)."""
+    the stages it could name instead, as BuildKit resolves them: a FROM and a mount only the stages named before
+    it; `COPY --from` those and their indexes (`--from=0`)."""
     names: list[str] = []
     for keyword, rest in map(_keyword, instructions):
         flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
@@ -147,24 +152,22 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
             name, _, value = flag[2:].partition("=")
             if keyword in ("COPY", "ADD") and name.lower() == "from":
                 yield value, stages
-            elif keyword == "RUN" and name.lower() == "mount":
+            elif keyword == "RUN" and name.lower() == "mount":  # a mount names a stage by its name, never its index
                 for option in value.split(","):
                     key, _, item = option.partition("=")
                     if key.strip().lower() == "from":
-                        yield item.strip(), stages
+                        yield item.strip(), set(names)
 
 
-def _values(instructions: list[list[str]], build_args: Mapping[str, str | None]) -> dict[str, set[str]]:
-    """Each variable's possible values: every ARG default and ENV value the file gives it, the build argument, and
-    unset. Over-approximated on purpose (any stage's, any order): a value judged needlessly costs nothing."""
+def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> dict[str, set[str]]:
+    """Each variable's possible values: every ARG default and ENV value the file gives it (its words split and
+    unquoted with the file's escape character, as BuildKit does), the build argument, and unset. Over-approximated
+    on purpose (any stage's, any order): a value judged needlessly costs nothing."""
     values: dict[str, set[str]] = {}
     for keyword, rest in map(_keyword, instructions):
         if keyword not in ("ARG", "ENV"):
             continue
-        try:
-            pairs = shlex.split(" ".join(rest))
-        except ValueError:
-            pairs = rest
+        pairs = shell_words(" ".join(rest), escape, keep_quotes=False)
         if keyword == "ENV" and pairs and "=" not in pairs[0]:  # the old form: `ENV NAME the value`
             pairs = [f"{pairs[0]}={' '.join(pairs[1:])}"]
         for pair in pairs:
@@ -175,41 +178,38 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None])
     return values
 
 
-def _expansions(source: str, values: dict[str, set[str]], depth: int = 3) -> set[str]:
-    """`source` with its variables replaced by each combination of their possible values. ValueError for a form
-    this cannot read, or too many combinations."""
-    found = list(_VARIABLE.finditer(source))
-    if not found:
-        if "$" in source:
-            raise ValueError(f"a variable the service cannot read names an image ({source[:60]}; write $NAME, "
-                             "${NAME} or ${NAME:-default})")
-        return {source}
-    choices = []
-    for match in found:
-        name = match[1] or match[4]
-        operator, word = match[2], match[3] or ""
-        possible = values.get(name, {""})
-        if operator and operator.endswith("-"):
-            possible = possible | {word}
-        elif operator:  # `+`: the word when set, else nothing
-            possible = {word, ""}
-        choices.append(sorted(possible))
-    combinations = 1
-    for choice in choices:
-        combinations *= len(choice)
-    if combinations > MAX_EXPANSIONS:
-        raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
-    expanded: set[str] = set()
-    for combination in itertools.product(*choices):
-        parts, position = [], 0
-        for match, value in zip(found, combination, strict=True):
-            parts += [source[position:match.start()], value]
-            position = match.end()
-        result = "".join([*parts, source[position:]])
-        if "$" in result and depth > 0:  # a value that names another variable
-            expanded |= _expansions(result, values, depth - 1)
-        elif "$" in result:
-            raise ValueError(f"an image named through variables nested too deep ({source[:60]})")
-        else:
-            expanded.add(result)
-    return expanded
+def _expansions(source: str, values: dict[str, set[str]]) -> set[str]:
+    """`source` with its variables replaced by each combination of their possible values (a value naming another
+    variable expanded in turn). ValueError for a form this cannot read, or more work than MAX_EXPANSIONS."""
+    done: set[str] = set()
+    pending = [source]
+    budget = MAX_EXPANSIONS
+    while pending:
+        current = pending.pop()
+        found = list(_VARIABLE.finditer(current))
+        if not found:
+            if "$" in current:
+                raise ValueError(f"a variable the service cannot read names an image ({source[:60]}; write $NAME, "
+                                 "${NAME} or ${NAME:-default})")
+            done.add(current)
+            continue
+        choices = []
+        for match in found:
+            name = match[1] or match[4]
+            operator, word = match[2], match[3] or ""
+            possible = values.get(name, {""})
+            if operator and operator.endswith("-"):
+                possible = possible | {word}
+            elif operator:  # `+`: the word when set, else nothing
+                possible = {word, ""}
+            choices.append(sorted(possible))
+        for combination in itertools.product(*choices):
+            budget -= 1
+            if budget < 0:
+                raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
+            parts, position = [], 0
+            for match, value in zip(found, combination, strict=True):
+                parts += [current[position:match.start()], value]
+                position = match.end()
+            pending.append("".join([*parts, current[position:]]))
+    return done

@@ -12,6 +12,7 @@ plain heredoc marker."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -31,8 +32,14 @@ SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.
 _SYNTAX_ANYWHERE = re.compile(r"^\s*(?:#|//)\s*syntax\s*=", re.IGNORECASE | re.MULTILINE)
 _ESCAPE_ANYWHERE = re.compile(r"^\s*#\s*escape\s*=", re.IGNORECASE | re.MULTILINE)
 _HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
-# A heredoc marker this module reads: `<<NAME`, `<<-NAME`, `<<"NAME"`, `<<'NAME'`, with a file descriptor before it
-_HEREDOC = re.compile(r"(?:^|(?<=\s))\d*<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\2(?=\s|$)")
+# A shell word BuildKit takes for a heredoc (`[n]<<[-]name`), and the names this module reads: `NAME`, `"NAME"`,
+# `'NAME'`
+_HEREDOC_WORD = re.compile(r"\d*<<(-?)\s*([^<]*)")
+_HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
+# What a flag word (`--name=value` before an instruction's arguments) may hold: BuildKit reads those byte by byte,
+# taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
+_FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
+_UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
 
 
 class Unreadable(Exception):
@@ -66,9 +73,18 @@ def unreadable(text: str) -> str | None:
     if any(doubled.search(line.removesuffix("\n")) for line in lines_of(text)):
         return (f"a line that ends in {escape}{escape} is not allowed (BuildKit's versions disagree whether it "
                 "continues)")
-    for _, _, logical in instructions(lines_of(text), escape):
-        if logical is not None and _unread_heredoc(logical):
-            return "a << in RUN, COPY or ADD that is not a plain heredoc (<<NAME, <<-NAME, <<'NAME') is not allowed"
+    try:
+        for reading in readings(text):
+            for logical in reading:
+                words = logical.split()
+                if words and not words[0].isascii():
+                    return f"an instruction's keyword with characters other than ASCII ({words[0][:30]})"
+                for word in itertools.takewhile(lambda w: w.startswith("--"), words[1:]):
+                    if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
+                        return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit "
+                                "reads flags otherwise)")
+    except Unreadable as exc:
+        return str(exc)
     return None
 
 
@@ -134,26 +150,78 @@ def _may_have_heredocs(logical: str) -> bool:
     return bool(words) and words[0].upper() in _HEREDOC_INSTRUCTIONS
 
 
-def _markers(logical: str) -> list[tuple[bool, str]]:
-    if not _may_have_heredocs(logical):
+def heredoc_markers(logical: str) -> list[tuple[bool, str]]:
+    """The heredocs a RUN, COPY or ADD opens, found as BuildKit finds them (each shell word, quotes and escapes
+    kept, that is `[n]<<[-]name`): (whether `<<-`, the name). Unreadable for a heredoc word whose name is not plain."""
+    if not _may_have_heredocs(logical) or "<<" not in logical:
         return []
-    return [(chomp == "-", name) for chomp, _, name in _HEREDOC.findall(logical)]
-
-
-def _unread_heredoc(logical: str) -> bool:
-    return _may_have_heredocs(logical) and logical.count("<<") != len(_markers(logical))
+    markers = []
+    for word in shell_words(logical, "\\", keep_quotes=True):
+        found = _HEREDOC_WORD.fullmatch(word)
+        if found is None:
+            continue  # `<<<`, `$((1<<3))`, a quoted `"<<EOF"`: no heredoc to BuildKit either
+        plain = _HEREDOC_NAME.fullmatch(found[2])
+        if plain is None:
+            raise Unreadable(f"a heredoc the service cannot read ({word[:40]}; write <<NAME, <<-NAME or <<'NAME')")
+        markers.append((found[1] == "-", plain[2]))
+    return markers
 
 
 def _after_heredocs(lines: list[str], index: int, logical: str) -> int:
     """The line after the bodies of `logical`'s heredocs: each ends at a line that is its name (leading tabs
-    dropped for `<<-`), as BuildKit reads them, with no continuation or comment inside."""
-    for chomp, name in _markers(logical):
-        while index < len(lines):
+    dropped for `<<-`), as BuildKit reads them, with no continuation or comment inside. Unreadable when one never
+    ends."""
+    for chomp, name in heredoc_markers(logical):
+        while True:
+            if index >= len(lines):
+                raise Unreadable(f"a heredoc that never ends (<<{name})")
             line = lines[index].rstrip("\r\n")
             index += 1
             if (line.lstrip("\t") if chomp else line) == name:
                 break
     return index
+
+
+def shell_words(text: str, escape: str, keep_quotes: bool) -> list[str]:
+    """`text` split into words as BuildKit's lexer splits them: on spaces and tabs outside quotes, the escape
+    character taking the next character as it is (not inside single quotes). `keep_quotes`: the quotes and escape
+    characters stay in the words (as BuildKit looks for heredocs); else removed (as ARG and ENV values get them)."""
+    words: list[str] = []
+    word: list[str] = []
+    quote = ""
+    started = False
+    index = 0
+    while index < len(text):
+        char = text[index]
+        index += 1
+        if quote:
+            if char == quote:
+                quote = ""
+                if keep_quotes:
+                    word.append(char)
+            elif char == escape and quote == '"' and index < len(text):
+                word.extend([char, text[index]] if keep_quotes else [text[index]])
+                index += 1
+            else:
+                word.append(char)
+        elif char in " \t\r\n":
+            if started:
+                words.append("".join(word))
+            word, started = [], False
+        elif char in "\"'":
+            quote, started = char, True
+            if keep_quotes:
+                word.append(char)
+        elif char == escape and index < len(text):
+            word.extend([char, text[index]] if keep_quotes else [text[index]])
+            index += 1
+            started = True
+        else:
+            word.append(char)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
 
 
 def continues(line: str, escape: str) -> bool:
