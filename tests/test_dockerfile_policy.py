@@ -91,6 +91,9 @@ def host() -> PluginHost:
     ("FROM alpine\nRUN <<EOF\necho never ends\n", {}, "a heredoc that never ends"),
     # ARG words split with the file's escape character
     ("# escape=`\nARG I=x\\ J=3f2a9c1b\nFROM $J\n", {}, ID),
+    # BuildKit's own arguments: TARGETSTAGE is the target stage's name, which a FROM then takes for an image
+    ("FROM ${TARGETSTAGE} AS deadbeef\n", {}, "an image named through TARGETSTAGE"),
+    ("ARG TARGETVARIANT\nFROM python:3.12\nCOPY --from=$TARGETVARIANT / /\n", {}, "through TARGETVARIANT"),
     # a mount names a stage by its name only
     ("FROM alpine\nFROM alpine\nRUN --mount=from=1,target=/x true\n", {}, ID),
 ])

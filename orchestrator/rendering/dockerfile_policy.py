@@ -32,6 +32,8 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 # `$NAME`, `${NAME}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:+word}`, `${NAME+word}`: what is expanded here; any
 # other `$` left in a source (`${NAME#x}`, an escaped one) is a form the policy cannot read, and is refused
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
+# BuildKit's own arguments (TARGETPLATFORM, TARGETSTAGE, BUILDOS, ...), which it sets whatever the file declares
+_BUILTIN_ARGS = ("TARGET", "BUILD")
 MAX_EXPANSIONS = 256  # the combinations of a source's variables' values judged; more is refused
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
@@ -80,6 +82,11 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
         if not _PLAIN_SOURCE.fullmatch(source):
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
                     f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
+        builtin = next((match[1] or match[4] for match in _VARIABLE.finditer(source)
+                        if (match[1] or match[4]).upper().startswith(_BUILTIN_ARGS)), None)
+        if builtin is not None:
+            return (f"{shown}: an image named through {builtin} is not allowed (BuildKit gives its own value to "
+                    "TARGET* and BUILD* arguments: TARGETSTAGE is a stage's name)")
         try:
             expanded = _expansions(source, values)
         except ValueError as exc:
