@@ -128,6 +128,7 @@ def test_chained_variables_cannot_make_the_policy_work_for_hours() -> None:
 
 
 def test_names_built_images_reads_continuations_as_buildkit_joins_them() -> None:
+    assert not names_built_images("FROM b\nRUN <<EOF\nnever ends\n")  # an answer, not an error: refused elsewhere
     assert names_built_images("FROM po-\\ \n#c\n\nbuild/x\n")
     assert names_built_images("# escape=`\nFROM po-`\nbuild/x\n")
     assert not names_built_images("FROM python:3.12\nRUN echo po-\\\n  done\n")

@@ -14,9 +14,12 @@ from pathlib import Path
 
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.dockerfile_text import (
+    Unreadable,
     directives_of,
     escape_of,
+    instructions,
     joined,
+    lines_of,
     logical_instructions,
     readings,
     shell_words,
@@ -127,8 +130,13 @@ def names_built_images(text: str) -> bool:
     if needle in lowered or needle in lowered.replace("\\\n", "").replace("`\n", ""):
         return True
     escape = escape_of(directives_of(text))
-    return needle in joined(lowered, escape) or any(needle in logical.lower()
-                                                   for logical in logical_instructions(text))
+    if needle in joined(lowered, escape):
+        return True
+    try:
+        logical = logical_instructions(text)
+    except Unreadable:  # a heredoc that never ends: `unreadable` refuses the file; its lines are looked at here
+        logical = [text for _, _, text in instructions(lines_of(text), escape) if text is not None]
+    return any(needle in instruction.lower() for instruction in logical)
 
 
 def _keyword(words: list[str]) -> tuple[str, list[str]]:
