@@ -14,7 +14,7 @@ from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BaseDependencies
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
-from orchestrator.rendering.dockerfile_cache import injected_problems
+from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_cache_mounts
 from orchestrator.rendering.dockerfile_policy import names_built_images, text_problems
 from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
 from tests.support.repos import config_for, make_repo
@@ -69,7 +69,7 @@ def host() -> PluginHost:
     ("FROM python:3.12\nRUN <<EOF\nFROM 3f2a9c1b7d4e\nEOF\n", {}, ID),  # a builder without heredocs reads it
     ("# foo=bar\n# escape=`\nFROM b\n", {}, "an escape directive"),
     ("# check=skip=all\n# escape=`\nFROM b\n", {}, "an escape directive"),
-    ("  # escape=`\nFROM python:3.12\nCOPY --from=3f2a`\n9c1b / /\n", {}, ID),
+    ("  # escape=`\nFROM python:3.12\nCOPY --from=3f2a`\n9c1b / /\n", {}, FLAG),  # its line alone: 3f2a`
     ("\ufeffFROM 3f2a9c1b7d4e\n", {}, ID),
     ("FROM python:3.12\n\ufeffFROM 3f2a\n", {}, "control characters"),
     # what BuildKit adds to a bare name before it looks it up
@@ -94,6 +94,15 @@ def host() -> PluginHost:
     # BuildKit's own arguments: TARGETSTAGE is the target stage's name, which a FROM then takes for an image
     ("FROM ${TARGETSTAGE} AS deadbeef\n", {}, "an image named through TARGETSTAGE"),
     ("ARG TARGETVARIANT\nFROM python:3.12\nCOPY --from=$TARGETVARIANT / /\n", {}, "through TARGETVARIANT"),
+    # a heredoc only a newer frontend finds (it expands variables first) ends at a line this reader joins: every
+    # line is judged alone too, and a --mount with a variable is refused
+    ("# syntax=docker/dockerfile:1.4\nARG P=po-buil\nARG S=${P}d/victim:latest\nFROM alpine AS decoy\n"
+     "RUN ${X:-\\ <<A}\\\\ true\nA}\\\nFROM ${S}\nRUN echo pwned\n", {}, BUILT),
+    ("FROM alpine\nRUN exit 0; ${X:-\\ <<A}\\\\ x\nA}\\\nRUN --mount=type=${K:-cache},target=/root/.npm ls\n", {},
+     "a --mount with a variable"),
+    # BuildKit's own arguments reached through an ARG's default
+    ("ARG T=${TARGETSTAGE}/victim:latest\nFROM ${T} AS loot\nFROM alpine AS po-build\nCOPY --from=loot / /\n", {},
+     "through TARGETSTAGE"),
     # a mount names a stage by its name only
     ("FROM alpine\nFROM alpine\nRUN --mount=from=1,target=/x true\n", {}, ID),
 ])
@@ -116,6 +125,17 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []
+
+
+def test_a_text_a_json_reader_would_recurse_on_is_an_answer_not_an_error() -> None:
+    assert text_problems("[" * 100000, "Dockerfile") == []  # no instruction BuildKit knows: its build fails
+    assert keyed_cache_mounts("[" * 100000, str, "Dockerfile") is None
+
+
+def test_many_sources_of_few_values_each_share_one_budget() -> None:
+    text = "ARG A=x B=y\n" + "FROM ${A}${B}${A}${B}${A}${B}${A}${B}\n" * 1000
+    [problem] = text_problems(text, "Dockerfile")
+    assert "too many values to judge" in problem
 
 
 def test_chained_variables_cannot_make_the_policy_work_for_hours() -> None:

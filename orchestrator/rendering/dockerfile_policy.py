@@ -37,7 +37,7 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
 # BuildKit's own arguments (TARGETPLATFORM, TARGETSTAGE, BUILDOS, ...), which it sets whatever the file declares
 _BUILTIN_ARGS = ("TARGET", "BUILD")
-MAX_EXPANSIONS = 256  # the combinations of a source's variables' values judged; more is refused
+MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' values judged; more is refused
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
@@ -71,27 +71,23 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
     if names_built_images(looked_at):
         return [f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"]
     escape = escape_of(directives_of(text))
+    budget = [MAX_EXPANSIONS]  # for the whole file: many sources of few values each add up too
     for reading in readings(text):
         if problem := _reading_problem([words for logical in reading if (words := logical.split())], shown,
-                                       build_args or {}, allowed, escape):
+                                       build_args or {}, allowed, escape, budget):
             return [problem]
     return []
 
 
 def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
-                     allowed: str | None, escape: str) -> str | None:
+                     allowed: str | None, escape: str, budget: list[int]) -> str | None:
     values = _values(instructions, build_args, escape)
     for source, stages in _sources(instructions):
         if not _PLAIN_SOURCE.fullmatch(source):
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
                     f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
-        builtin = next((match[1] or match[4] for match in _VARIABLE.finditer(source)
-                        if (match[1] or match[4]).upper().startswith(_BUILTIN_ARGS)), None)
-        if builtin is not None:
-            return (f"{shown}: an image named through {builtin} is not allowed (BuildKit gives its own value to "
-                    "TARGET* and BUILD* arguments: TARGETSTAGE is a stage's name)")
         try:
-            expanded = _expansions(source, values)
+            expanded = _expansions(source, values, budget)
         except ValueError as exc:
             return f"{shown}: {exc}"
         for value in expanded:
@@ -193,12 +189,13 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
     return values
 
 
-def _expansions(source: str, values: dict[str, set[str]]) -> set[str]:
+def _expansions(source: str, values: dict[str, set[str]], budget: list[int]) -> set[str]:
     """`source` with its variables replaced by each combination of their possible values (a value naming another
-    variable expanded in turn). ValueError for a form this cannot read, or more work than MAX_EXPANSIONS."""
+    variable expanded in turn). ValueError for a form this cannot read, for BuildKit's own arguments (TARGET*,
+    BUILD*: it sets them, TARGETSTAGE to a stage's name) met at any depth, or for more work than `budget` holds
+    (shared by the file's sources, counted in combinations and in characters)."""
     done: set[str] = set()
     pending = [source]
-    budget = MAX_EXPANSIONS
     while pending:
         current = pending.pop()
         found = list(_VARIABLE.finditer(current))
@@ -211,6 +208,9 @@ def _expansions(source: str, values: dict[str, set[str]]) -> set[str]:
         choices = []
         for match in found:
             name = match[1] or match[4]
+            if name.upper().startswith(_BUILTIN_ARGS):
+                raise ValueError(f"an image named through {name} is not allowed (BuildKit gives its own value to "
+                                 "TARGET* and BUILD* arguments: TARGETSTAGE is a stage's name)")
             operator, word = match[2], match[3] or ""
             possible = values.get(name, {""})
             if operator and operator.endswith("-"):
@@ -219,12 +219,13 @@ def _expansions(source: str, values: dict[str, set[str]]) -> set[str]:
                 possible = {word, ""}
             choices.append(sorted(possible))
         for combination in itertools.product(*choices):
-            budget -= 1
-            if budget < 0:
-                raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
             parts, position = [], 0
             for match, value in zip(found, combination, strict=True):
                 parts += [current[position:match.start()], value]
                 position = match.end()
-            pending.append("".join([*parts, current[position:]]))
+            result = "".join([*parts, current[position:]])
+            budget[0] -= 1 + len(result) // 1024
+            if budget[0] < 0:
+                raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
+            pending.append(result)
     return done

@@ -40,6 +40,8 @@ _HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
 # taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
 _FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
 _UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
+# `--mount=` with a `$` in it, anywhere in the text (on a line this module joins and a frontend may not)
+_VARIABLE_MOUNT = re.compile(r"--mount=\S*\$", re.IGNORECASE)
 
 
 class Unreadable(Exception):
@@ -53,11 +55,15 @@ def unreadable(text: str) -> str | None:
         return "control characters or unusual spaces are not allowed (nor a carriage return inside a line)"
     if body.startswith("#!"):
         return "a first line starting #! is not allowed (BuildKit looks for a frontend after it)"
-    try:
-        if isinstance(json.loads(body), dict):
-            return "a Dockerfile written as JSON is not allowed (BuildKit looks for a frontend in it)"
-    except ValueError:
-        pass
+    if body.lstrip().startswith(("{", "[")):  # JSON, or what a JSON reader would chew on (deep nesting)
+        try:
+            if isinstance(json.loads(body), dict):
+                return "a Dockerfile written as JSON is not allowed (BuildKit looks for a frontend in it)"
+        except (ValueError, RecursionError):
+            pass
+    if _VARIABLE_MOUNT.search(body):
+        return ("a --mount with a variable is not allowed (a frontend that expands it could make it a cache mount "
+                "the service did not key)")
     directives = directives_of(text)
     syntaxes = directives.get("syntax", [])
     for syntax in syntaxes:
@@ -111,12 +117,16 @@ def escape_of(directives: dict[str, list[str]]) -> str:
 
 
 def readings(text: str) -> list[list[str]]:
-    """The file's instructions in order, read twice: with heredocs' bodies as BuildKit's frontend skips them, and
-    without (as a builder that knows no heredocs reads every line). Both are judged."""
+    """The file's instructions in order, read three times: with heredocs' bodies as BuildKit's frontend skips them;
+    without (as a builder that knows no heredocs reads every line); and every line on its own (a frontend may find a
+    heredoc this module does not — newer ones look for one after expanding variables — and end it at a line this
+    module joins to the next). All are judged."""
     escape = escape_of(directives_of(text))
     lines = lines_of(text)
-    return [[logical for _, _, logical in instructions(lines, escape, heredocs) if logical is not None]
-            for heredocs in (True, False)]
+    joined_readings = [[logical for _, _, logical in instructions(lines, escape, heredocs) if logical is not None]
+                       for heredocs in (True, False)]
+    alone = [line.rstrip("\r\n") for line in lines if line.strip() and not _COMMENT.match(line)]
+    return [*joined_readings, alone]
 
 
 def logical_instructions(text: str) -> list[str]:
