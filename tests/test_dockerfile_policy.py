@@ -84,7 +84,7 @@ def host() -> PluginHost:
     ('FROM python:3.12\nCOPY --exclude="a b" --from=3f2a9c1b / /loot\n', {}, FLAG),
     ("FROM python:3.12\nCOPY --exclude=x\u00e0--from=3f2a9c1b / /loot\n", {}, FLAG),
     ("FROM python:3.12\nRUN --mount=target=/x\u00e0--mount=from=3f2a9c1b,target=/y cat /y/x\n", {}, FLAG),
-    ("FROM python:3.12\nONBU\u0130LD RUN true\nCOPY --from=3f2a9c1b / /\n", {}, "keyword with characters other"),
+    ("FROM python:3.12\nONBU\u0130LD RUN true\nCOPY --from=3f2a9c1b / /\n", {}, "a character Go lower-cases to ASCII"),
     # heredocs as BuildKit finds them: shell words, quotes kept
     ('FROM alpine\nRUN <<EOF\nFROM alpine AS 3f2a9c1b\nEOF\nRUN echo " <<END "\nCOPY --from=3f2a9c1b / /loot\n', {},
      ID),
@@ -122,6 +122,7 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "# syntax=docker/dockerfile:1.7\n# escape=\\\nFROM python:3.12 AS cafe\nCOPY --from=cafe /a /a\n",
     "FROM python:3.12\nRUN echo $((1<<3)) && python -c 'print(1<<3)'\nRUN bash -c 'cat <<< hi'\n",
     "FROM python:3.12\nRUN cat > /etc/x <<'EOF'\nline\nEOF\nLABEL maintainer=\"Jos\u00e9\"\n",
+    "FROM python:3.12\nLABEL description=\"An application \\\n  f\u00fcr Kunden\"\n",  # a line that starts non-ASCII
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []

@@ -40,6 +40,9 @@ _HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
 # taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
 _FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
 _UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
+# The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword
+# they make one BuildKit knows (ONBUİLD) of a word this module takes for none
+_LOWERS_TO_ASCII = re.compile("[\u0130\u212a]")
 # `--mount=` with a `$` in it, anywhere in the text (on a line this module joins and a frontend may not)
 _VARIABLE_MOUNT = re.compile(r"--mount=\S*\$", re.IGNORECASE)
 
@@ -83,8 +86,8 @@ def unreadable(text: str) -> str | None:
         for reading in readings(text):
             for logical in reading:
                 words = logical.split()
-                if words and not words[0].isascii():
-                    return f"an instruction's keyword with characters other than ASCII ({words[0][:30]})"
+                if words and _LOWERS_TO_ASCII.search(words[0]):
+                    return f"an instruction's keyword with a character Go lower-cases to ASCII ({words[0][:30]})"
                 for word in itertools.takewhile(lambda w: w.startswith("--"), words[1:]):
                     if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
                         return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit "
