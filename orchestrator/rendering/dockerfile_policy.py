@@ -19,6 +19,7 @@ from orchestrator.rendering.dockerfile_text import (
     escape_of,
     instructions,
     joined,
+    keyword_of,
     lines_of,
     logical_instructions,
     readings,
@@ -93,7 +94,7 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
         for value in expanded:
             if not _PLAIN_SOURCE.fullmatch(value) or "$" in value:
                 return f"{shown}: an image named through a variable with characters of no reference ({source[:60]})"
-            if value != allowed and names_built_images(value):
+            if value != allowed and f"{BUILT_IMAGES}/" in value.lower():  # plain (above): no continuation in it
                 return f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"
             if IMAGE_ID.fullmatch(_normalized(value)) and value.lower() not in stages:
                 return f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has)"
@@ -135,20 +136,12 @@ def names_built_images(text: str) -> bool:
     return any(needle in instruction.lower() for instruction in logical)
 
 
-def _keyword(words: list[str]) -> tuple[str, list[str]]:
-    """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
-    keyword, rest = words[0].upper(), words[1:]
-    if keyword == "ONBUILD" and rest:
-        return _keyword(rest)
-    return keyword, rest
-
-
 def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
     """Every image a build may start from or read — FROM's image, `COPY|ADD --from=`, a RUN mount's `from=` — with
     the stages it could name instead, as BuildKit resolves them: a FROM and a mount only the stages named before
     it; `COPY --from` those and their indexes (`--from=0`)."""
     names: list[str] = []
-    for keyword, rest in map(_keyword, instructions):
+    for keyword, rest in map(keyword_of, instructions):
         flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
         if keyword == "FROM":
             arguments = rest[len(flags):]
@@ -175,7 +168,7 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
     unquoted with the file's escape character, as BuildKit does), the build argument, and unset. Over-approximated
     on purpose (any stage's, any order): a value judged needlessly costs nothing."""
     values: dict[str, set[str]] = {}
-    for keyword, rest in map(_keyword, instructions):
+    for keyword, rest in map(keyword_of, instructions):
         if keyword not in ("ARG", "ENV"):
             continue
         pairs = shell_words(" ".join(rest), escape, keep_quotes=False)

@@ -156,11 +156,17 @@ def instructions(lines: list[str], escape: str, heredocs: bool = False) -> Itera
                 yield body, index, None
 
 
-def _may_have_heredocs(logical: str) -> bool:
-    words = logical.split(None, 2)
-    if words and words[0].upper() == "ONBUILD":  # its instruction's, should a frontend read one there
-        words = words[1:]
-    return bool(words) and words[0].upper() in _HEREDOC_INSTRUCTIONS
+def keyword_of(words: list[str]) -> tuple[str, list[str]]:
+    """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
+    keyword, rest = words[0].upper(), words[1:]
+    if keyword == "ONBUILD" and rest:
+        return keyword_of(rest)
+    return keyword, rest
+
+
+def _may_have_heredocs(logical: str) -> bool:  # ONBUILD's instruction too, should a frontend read one there
+    words = logical.split()
+    return bool(words) and keyword_of(words)[0] in _HEREDOC_INSTRUCTIONS
 
 
 def heredoc_markers(logical: str) -> list[tuple[bool, str]]:
