@@ -5,6 +5,7 @@ service's own injected Dockerfile through a value a template takes from the repo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ ID = "may not name an image by its id"
 BUILT = "may not name po-build/"
 PLAIN = "may be named only with a reference's characters"
 FLAG = "a flag with quotes, escapes or characters other than ASCII"
+EXPANDED_HEREDOC = "with both ${...} and < is not allowed"
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +96,22 @@ def host() -> PluginHost:
     # BuildKit's own arguments: TARGETSTAGE is the target stage's name, which a FROM then takes for an image
     ("FROM ${TARGETSTAGE} AS deadbeef\n", {}, "an image named through TARGETSTAGE"),
     ("ARG TARGETVARIANT\nFROM python:3.12\nCOPY --from=$TARGETVARIANT / /\n", {}, "through TARGETVARIANT"),
-    # a heredoc only a newer frontend finds (it expands variables first) ends at a line this reader joins: every
-    # line is judged alone too, and a --mount with a variable is refused
+    # a heredoc only a newer frontend finds (it expands `${X:-word}` first) ends at a line this reader joins, or
+    # holds a stage this reader counts: refused wherever `${` and `<` meet in a RUN, COPY or ADD
     ("# syntax=docker/dockerfile:1.4\nARG P=po-buil\nARG S=${P}d/victim:latest\nFROM alpine AS decoy\n"
-     "RUN ${X:-\\ <<A}\\\\ true\nA}\\\nFROM ${S}\nRUN echo pwned\n", {}, BUILT),
+     "RUN ${X:-\\ <<A}\\\\ true\nA}\\\nFROM ${S}\nRUN echo pwned\n", {}, EXPANDED_HEREDOC),
+    ("# syntax=docker/dockerfile:1.4\nARG P=po-buil\nARG S=${P}d/victim:latest\nFROM alpine AS decoy\n"
+     "RUN ${X:-\\ <<A}\\\\ true\nA}\\\nFROM ${S} \\\n  AS loot\nRUN echo pwned\n", {}, EXPANDED_HEREDOC),
+    ("# syntax=docker/dockerfile:1.4\nFROM alpine AS base\nRUN ${X:-\\ <<A} true\nFROM alpine AS 3f2a9c1b\nA}\n"
+     "FROM alpine\nCOPY --from=3f2a9c1b / /loot\n", {}, EXPANDED_HEREDOC),
+    ("FROM alpine\nONBUILD RUN ${X:-\\ \\<\\<A} true\n", {}, EXPANDED_HEREDOC),  # escaped, in a trigger
+    # ONBUILD's instruction has its flags read as any instruction's (a later stage's FROM runs the trigger)
+    ('# syntax=docker/dockerfile:1.12\nFROM alpine AS s1\nONBUILD COPY --"from"=po-bu"ild"/0123-app / /loot\n'
+     "FROM s1\nRUN ls /loot\n", {}, FLAG),
+    ('FROM alpine AS s1\nONBUILD COPY --"from"=3f2a9c1b / /loot\nFROM s1\n', {}, FLAG),
+    ('FROM alpine AS s1\nONBUILD COPY --chown="a b" --from=3f2a9c1b / /loot\nFROM s1\n', {}, FLAG),
+    # a JSON object BuildKit (v0.11 on) reads a frontend from, nested deeper than Python's reader goes
+    ('{"syntax": "evil/frontend", "x": ' + "[" * 5000 + "]" * 5000 + "}", {}, "written as JSON"),
     ("FROM alpine\nRUN exit 0; ${X:-\\ <<A}\\\\ x\nA}\\\nRUN --mount=type=${K:-cache},target=/root/.npm ls\n", {},
      "a --mount with a variable"),
     # BuildKit's own arguments reached through an ARG's default
@@ -123,6 +137,13 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "FROM python:3.12\nRUN echo $((1<<3)) && python -c 'print(1<<3)'\nRUN bash -c 'cat <<< hi'\n",
     "FROM python:3.12\nRUN cat > /etc/x <<'EOF'\nline\nEOF\nLABEL maintainer=\"Jos\u00e9\"\n",
     "FROM python:3.12\nLABEL description=\"An application \\\n  f\u00fcr Kunden\"\n",  # a line that starts non-ASCII
+    # a continuation line read alone is no instruction: its `--` words are a command's, not flags
+    'FROM python:3.12\nRUN pip install \\\n    --no-cache-dir --extra-index-url="https://example.test/whl/cpu" torch\n',
+    "FROM debian:12\nRUN ./configure \\\n    --prefix=/etc/nginx --with-cc-opt='-O2 -g' \\\n    --enable-shared\\\n"
+    " && make\n",
+    'FROM debian:12\nRUN <<EOF\ncurl --fail --header="Authorization: x" https://example.test\nEOF\n',
+    # a file's own arguments that merely start BUILD (Home Assistant add-ons' BUILD_FROM)
+    "ARG BUILD_FROM=python:3.12\nFROM $BUILD_FROM\nARG BUILDER_IMAGE=golang:1.22\nFROM ${BUILDER_IMAGE} AS b\n",
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []
@@ -131,6 +152,22 @@ def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
 def test_a_text_a_json_reader_would_recurse_on_is_an_answer_not_an_error() -> None:
     assert text_problems("[" * 100000, "Dockerfile") == []  # no instruction BuildKit knows: its build fails
     assert keyed_cache_mounts("[" * 100000, str, "Dockerfile") is None
+
+
+@pytest.mark.parametrize("dockerfile", [
+    "FROM alpine\n" + "\n" * 1_000_000,  # `^\\s*#` over a run of empty lines backtracked for hours
+    "#a=b" + " " * 200_000 + "c\nFROM alpine\n",  # a directive's lazy value before spaces and a word
+    "FROM alpine\nRUN " + "--mount=" * 100_000 + "\n",  # `--mount=\\S*\\$` over repeated mounts
+    "".join(f"FROM alpine AS s{i}\n" for i in range(10_000)) + "COPY --from=s1 / /\n" * 10_000,  # a set per copy
+    "FROM a\n" + "ONBUILD " * 5000 + "RUN true\n",  # ONBUILD's instruction found without recursion
+])
+def test_no_dockerfile_holds_the_service_s_threads(dockerfile: str) -> None:
+    """The check runs in the service's process: a form that makes it backtrack quadratically (it held the GIL for
+    hours, every flow and request waiting) is judged in a moment. A generous bound: each took minutes or more."""
+    began = time.monotonic()
+    text_problems(dockerfile, "Dockerfile")
+    keyed_cache_mounts(dockerfile, str, "Dockerfile")
+    assert time.monotonic() - began < 20
 
 
 def test_many_sources_of_few_values_each_share_one_budget() -> None:

@@ -36,8 +36,9 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 # `$NAME`, `${NAME}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:+word}`, `${NAME+word}`: what is expanded here; any
 # other `$` left in a source (`${NAME#x}`, an escaped one) is a form the policy cannot read, and is refused
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
-# BuildKit's own arguments (TARGETPLATFORM, TARGETSTAGE, BUILDOS, ...), which it sets whatever the file declares
-_BUILTIN_ARGS = ("TARGET", "BUILD")
+# BuildKit's own arguments, which it sets whatever the file declares: TARGETPLATFORM, TARGETSTAGE, BUILDOS and the
+# like (TARGET or BUILD and capitals, those to come too) and BUILDKIT_*. `BUILD_FROM`, `BUILDER_IMAGE` are a file's own.
+_BUILTIN_ARG = re.compile(r"(?:TARGET|BUILD)[A-Z]*|BUILDKIT_\w*")
 MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' values judged; more is refused
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
@@ -139,8 +140,11 @@ def names_built_images(text: str) -> bool:
 def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
     """Every image a build may start from or read — FROM's image, `COPY|ADD --from=`, a RUN mount's `from=` — with
     the stages it could name instead, as BuildKit resolves them: a FROM and a mount only the stages named before
-    it; `COPY --from` those and their indexes (`--from=0`)."""
-    names: list[str] = []
+    it; `COPY --from` those and their indexes (`--from=0`). The sets grow as stages follow: each holds while its
+    source is judged, before the next is asked for (copied per instruction, they made 4,000 stages take seconds)."""
+    names: set[str] = set()
+    stages: set[str] = set()  # the names and the indexes
+    count = 0
     for keyword, rest in map(keyword_of, instructions):
         flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
         if keyword == "FROM":
@@ -148,10 +152,13 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
             # `FROM image` or `FROM image AS name`: any other FROM fails the build (a heredoc's `from x import y`
             # read by a builder without heredocs), so it names nothing
             if len(arguments) == 1 or (len(arguments) == 3 and arguments[1].upper() == "AS"):
-                yield arguments[0], set(names)
-            names.append(arguments[2].lower() if len(arguments) == 3 else "")
+                yield arguments[0], names
+            if len(arguments) == 3:
+                names.add(arguments[2].lower())
+                stages.add(arguments[2].lower())
+            stages.add(str(count))
+            count += 1
             continue
-        stages = set(names) | {str(index) for index in range(len(names))}
         for flag in flags:
             name, _, value = flag[2:].partition("=")
             if keyword in ("COPY", "ADD") and name.lower() == "from":
@@ -160,7 +167,7 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
                 for option in value.split(","):
                     key, _, item = option.partition("=")
                     if key.strip().lower() == "from":
-                        yield item.strip(), set(names)
+                        yield item.strip(), names
 
 
 def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> dict[str, set[str]]:
@@ -184,8 +191,8 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
 
 def _expansions(source: str, values: dict[str, set[str]], budget: list[int]) -> set[str]:
     """`source` with its variables replaced by each combination of their possible values (a value naming another
-    variable expanded in turn). ValueError for a form this cannot read, for BuildKit's own arguments (TARGET*,
-    BUILD*: it sets them, TARGETSTAGE to a stage's name) met at any depth, or for more work than `budget` holds
+    variable expanded in turn). ValueError for a form this cannot read, for BuildKit's own arguments (_BUILTIN_ARG:
+    it sets them, TARGETSTAGE to a stage's name) met at any depth, or for more work than `budget` holds
     (shared by the file's sources, counted in combinations and in characters)."""
     done: set[str] = set()
     pending = [source]
@@ -201,9 +208,9 @@ def _expansions(source: str, values: dict[str, set[str]], budget: list[int]) -> 
         choices = []
         for match in found:
             name = match[1] or match[4]
-            if name.upper().startswith(_BUILTIN_ARGS):
+            if _BUILTIN_ARG.fullmatch(name.upper()):
                 raise ValueError(f"an image named through {name} is not allowed (BuildKit gives its own value to "
-                                 "TARGET* and BUILD* arguments: TARGETSTAGE is a stage's name)")
+                                 "TARGETPLATFORM, BUILDOS and the like: TARGETSTAGE is a stage's name)")
             operator, word = match[2], match[3] or ""
             possible = values.get(name, {""})
             if operator and operator.endswith("-"):

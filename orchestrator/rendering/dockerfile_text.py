@@ -13,13 +13,13 @@ plain heredoc marker."""
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Iterator
 
 BOM = "\ufeff"
-# BuildKit's own directive line (after the leading spaces it strips): `# name = value`
-_DIRECTIVE = re.compile(r"^#\s*([a-zA-Z][a-zA-Z0-9]*)\s*=\s*(.+?)\s*$")
+# BuildKit's own directive line (after the leading spaces it strips): `# name = value`, its value stripped by
+# `directives_of` (a lazy value before `\s*$` backtracks quadratically). AMBIGUOUS refuses other spaces first.
+_DIRECTIVE = re.compile(r"#[ \t\r]*([a-zA-Z][a-zA-Z0-9]*)[ \t\r]*=(.*)")
 _KNOWN_DIRECTIVES = ("syntax", "escape", "check")
 _COMMENT = re.compile(r"^[ \t\r\f\v]*#")
 # Characters Python and BuildKit (Go) read differently as line breaks or spaces, a byte-order mark past the start, a
@@ -28,9 +28,11 @@ AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u20
                        f"{BOM}]|\r(?!\n|$)")
 # `# syntax=`: BuildKit's own Dockerfile frontend only. Another frontend image would build whatever it likes.
 SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.-]*(?:@sha256:[0-9a-f]{64})?$")
-# Where BuildKit's syntax detection looks besides `# syntax=`: `// syntax=`, after a `#!` line, in a JSON object
-_SYNTAX_ANYWHERE = re.compile(r"^\s*(?:#|//)\s*syntax\s*=", re.IGNORECASE | re.MULTILINE)
-_ESCAPE_ANYWHERE = re.compile(r"^\s*#\s*escape\s*=", re.IGNORECASE | re.MULTILINE)
+# Where BuildKit's syntax detection looks besides `# syntax=`: `// syntax=`, after a `#!` line, in a JSON object.
+# Spaces and tabs only, within a line: `\s` would match line breaks too and backtrack quadratically over a run of
+# empty lines (a 1 MiB file of them held the service's threads for hours).
+_SYNTAX_ANYWHERE = re.compile(r"^[ \t]*(?:#|//)[ \t]*syntax[ \t]*=", re.IGNORECASE | re.MULTILINE)
+_ESCAPE_ANYWHERE = re.compile(r"^[ \t]*#[ \t]*escape[ \t]*=", re.IGNORECASE | re.MULTILINE)
 _HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
 # A shell word BuildKit takes for a heredoc (`[n]<<[-]name`), and the names this module reads: `NAME`, `"NAME"`,
 # `'NAME'`
@@ -40,11 +42,11 @@ _HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
 # taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
 _FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
 _UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
+# The instructions whose flags name sources (FROM --platform aside): their flag words are judged
+_FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN")
 # The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword
 # they make one BuildKit knows (ONBUİLD) of a word this module takes for none
 _LOWERS_TO_ASCII = re.compile("[\u0130\u212a]")
-# `--mount=` with a `$` in it, anywhere in the text (on a line this module joins and a frontend may not)
-_VARIABLE_MOUNT = re.compile(r"--mount=\S*\$", re.IGNORECASE)
 
 
 class Unreadable(Exception):
@@ -58,13 +60,11 @@ def unreadable(text: str) -> str | None:
         return "control characters or unusual spaces are not allowed (nor a carriage return inside a line)"
     if body.startswith("#!"):
         return "a first line starting #! is not allowed (BuildKit looks for a frontend after it)"
-    if body.lstrip().startswith(("{", "[")):  # JSON, or what a JSON reader would chew on (deep nesting)
-        try:
-            if isinstance(json.loads(body), dict):
-                return "a Dockerfile written as JSON is not allowed (BuildKit looks for a frontend in it)"
-        except (ValueError, RecursionError):
-            pass
-    if _VARIABLE_MOUNT.search(body):
+    # BuildKit (v0.11 on) looks for a frontend in a file that is a JSON object, whatever its depth (Go's reader
+    # takes 10,000 levels, Python's fewer): a Dockerfile cannot start with `{`, so none is read as JSON here
+    if body.lstrip(" \t\r\n").startswith("{"):
+        return "a Dockerfile written as JSON is not allowed (BuildKit looks for a frontend in it)"
+    if _variable_mount(body):
         return ("a --mount with a variable is not allowed (a frontend that expands it could make it a cache mount "
                 "the service did not key)")
     directives = directives_of(text)
@@ -78,23 +78,50 @@ def unreadable(text: str) -> str | None:
             "escape" in directives and "check" in directives):  # versions before `check` stop at it
         return "an escape directive BuildKit's versions could read differently is not allowed"
     escape = escape_of(directives)
-    doubled = re.compile(re.escape(escape) * 2 + r"[ \t]*\r?$")
-    if any(doubled.search(line.removesuffix("\n")) for line in lines_of(text)):
+    if any(line.removesuffix("\n").removesuffix("\r").rstrip(" \t").endswith(escape * 2) for line in lines_of(text)):
         return (f"a line that ends in {escape}{escape} is not allowed (BuildKit's versions disagree whether it "
                 "continues)")
     try:
         for reading in readings(text):
             for logical in reading:
-                words = logical.split()
-                if words and _LOWERS_TO_ASCII.search(words[0]):
-                    return f"an instruction's keyword with a character Go lower-cases to ASCII ({words[0][:30]})"
-                for word in itertools.takewhile(lambda w: w.startswith("--"), words[1:]):
-                    if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
-                        return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit "
-                                "reads flags otherwise)")
+                if (problem := _instruction_problem(logical)) is not None:
+                    return problem
     except Unreadable as exc:
         return str(exc)
     return None
+
+
+def _instruction_problem(logical: str) -> str | None:
+    """Why BuildKit might read one instruction (or one line read alone) otherwise than this module."""
+    words = logical.split()
+    if not words:
+        return None
+    keyword, rest = keyword_of(words)
+    for word in words[:len(words) - len(rest)]:  # ONBUILD and the instruction it holds
+        if _LOWERS_TO_ASCII.search(word):
+            return f"an instruction's keyword with a character Go lower-cases to ASCII ({word[:30]})"
+    if keyword not in _FLAGGED_INSTRUCTIONS:  # a continuation line read alone (`  --prefix=/usr \\`) has no flags
+        return None
+    for word in itertools.takewhile(lambda w: w.startswith("--"), rest):
+        if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
+            return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit reads flags "
+                    "otherwise)")
+    # Newer frontends look for heredocs after expanding `${NAME:-word}` with no variables set: a `<` in such a line
+    # could open a heredoc that ends where this module joins a continuation, and hide what follows
+    if keyword in _HEREDOC_INSTRUCTIONS and "${" in logical and "<" in logical:
+        return (f"a {keyword} with both ${{...}} and < is not allowed (a frontend may find a heredoc in the "
+                "expanded line that the service does not)")
+    return None
+
+
+def _variable_mount(body: str) -> bool:
+    """Whether a word of `body` holds `--mount=` with a `$` after it (anywhere: on a line this module joins and a
+    frontend may not). Word by word: a pattern `--mount=\\S*\\$` backtracks quadratically over repeated mounts."""
+    for word in re.finditer(r"\S+", body):
+        lowered = word[0].lower()
+        if (at := lowered.find("--mount=")) >= 0 and "$" in lowered[at:]:
+            return True
+    return False
 
 
 def lines_of(text: str) -> list[str]:
@@ -107,10 +134,12 @@ def directives_of(text: str) -> dict[str, list[str]]:
     name or any other line ends them): each lower-case name's values."""
     found: dict[str, list[str]] = {}
     for line in text.removeprefix(BOM).split("\n"):
-        directive = _DIRECTIVE.match(line.removesuffix("\r").lstrip())
-        if directive is None or directive[1].lower() not in _KNOWN_DIRECTIVES:
+        directive = _DIRECTIVE.fullmatch(line.removesuffix("\r").lstrip())
+        # BuildKit's `\s*=\s*(.+?)\s*$`: at least one character, the spaces around it dropped
+        value = directive[2].strip(" \t\r") or directive[2][-1:] if directive is not None else ""
+        if directive is None or not value or directive[1].lower() not in _KNOWN_DIRECTIVES:
             break
-        found.setdefault(directive[1].lower(), []).append(directive[2])
+        found.setdefault(directive[1].lower(), []).append(value)
     return found
 
 
@@ -159,8 +188,8 @@ def instructions(lines: list[str], escape: str, heredocs: bool = False) -> Itera
 def keyword_of(words: list[str]) -> tuple[str, list[str]]:
     """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
     keyword, rest = words[0].upper(), words[1:]
-    if keyword == "ONBUILD" and rest:
-        return keyword_of(rest)
+    while keyword == "ONBUILD" and rest:  # a loop: a thousand ONBUILDs in a line must not exhaust the stack
+        keyword, rest = rest[0].upper(), rest[1:]
     return keyword, rest
 
 
