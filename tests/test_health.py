@@ -88,8 +88,11 @@ def test_probes_start_close_together_and_grow_to_the_interval(app, tmp_path: Pat
     # the deadline
     planned = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
     assert len(offsets) == len(planned)
-    # never early; late by at most half a second (a busy 2-core machine schedules the probe thread late)
-    assert all(want - 0.02 <= got <= want + 0.5 for got, want in zip(offsets, planned, strict=True)), offsets
+    # never early; on time but for a busy 2-core machine's scheduling of the probe thread: most within 0.1 s, and a
+    # stall of the whole machine (another suite's build) delays one probe, not the plan (probes are planned from
+    # the start, so a late one does not push the next)
+    late = sorted(got - want for got, want in zip(offsets, planned, strict=True))
+    assert late[0] >= -0.02 and late[len(late) // 2] <= 0.1 and late[-1] <= 2.0, offsets
 
 
 def test_the_first_probe_goes_before_any_look_at_the_containers(app, tmp_path: Path) -> None:  # noqa: ANN001
