@@ -24,7 +24,7 @@ ID = "may not name an image by its id"
 BUILT = "may not name po-build/"
 PLAIN = "may be named only with a reference's characters"
 FLAG = "a flag with quotes, escapes or characters other than ASCII"
-EXPANDED_HEREDOC = "with both ${...} and < is not allowed"
+EXPANDED_HEREDOC = "with ${...} and two < is not allowed"
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,24 @@ def host() -> PluginHost:
      "FROM s1\nRUN ls /loot\n", {}, FLAG),
     ('FROM alpine AS s1\nONBUILD COPY --"from"=3f2a9c1b / /loot\nFROM s1\n', {}, FLAG),
     ('FROM alpine AS s1\nONBUILD COPY --chown="a b" --from=3f2a9c1b / /loot\nFROM s1\n', {}, FLAG),
+    # ONBUILD's own flags, which BuildKit drops (`ONBUILD -- RUN <<A` is a RUN with a heredoc to it, none here)
+    ("FROM alpine AS base\nONBUILD -- RUN <<A\nFROM alpine AS deadbeef\nA\nFROM alpine\nCOPY --from=deadbeef / /loot\n",
+     {}, "ONBUILD followed by anything but"),
+    ("ARG S=po-buil\nFROM alpine AS base\nONBUILD -- RUN <<'A\\'\nA\\\nFROM\\\n ${S}d/0123abcd-web:latest\nRUN true\n",
+     {}, "ONBUILD followed by anything but"),
+    ("FROM alpine AS base\nONBUILD -- RUN <<'A\\'\nA\\\nRUN\\\n --mount=type=ca\"che\",id=npm,target=/root/.npm ls\n",
+     {}, "ONBUILD followed by anything but"),
+    # a heredoc's name that is not plain, in the reading without heredocs too; a keyword glued to the escape
+    ("FROM alpine\nRUN true \\\n <<'A\\'\nA\\\nFROM 3f2a9c1b\n", {}, "a heredoc the service cannot read"),
+    ("FROM\\\n 3f2a9c1b\n", {}, "keyword followed at once by the escape character"),
+    # the JSON form and then <<: dockerfile 1.3 to 1.8 ignore what follows the array, later versions do not
+    ("# syntax=docker/dockerfile:1.4\nARG S=po-buil\nFROM alpine\nRUN [\"true\"] <<A\nRUN <<'B\\'\nA\nB\\\nFROM\\\n"
+     " ${S}d/0123abcd-web:latest\n", {}, "in JSON form followed by <<"),
+    ("# syntax=docker/dockerfile:1.4\nFROM alpine\nRUN [\"true\"] <<true\nRUN <<B\nFROM alpine AS deadbeef\nB\n"
+     "FROM alpine\nCOPY --from=deadbeef / /loot\nRUN <<C\ntrue\nC\n", {}, "in JSON form followed by <<"),
+    # dockerfile 1.24 puts a timestamp (digits: an id's prefix) in SOURCE_DATE_EPOCH for a stage named in it
+    ("ARG SOURCE_DATE_EPOCH=ts\nFROM scratch AS ts\nADD https://example.test/x /e\nFROM ${SOURCE_DATE_EPOCH}\n", {},
+     "through SOURCE_DATE_EPOCH"),
     # a JSON object BuildKit (v0.11 on) reads a frontend from, nested deeper than Python's reader goes
     ('{"syntax": "evil/frontend", "x": ' + "[" * 5000 + "]" * 5000 + "}", {}, "written as JSON"),
     ("FROM alpine\nRUN exit 0; ${X:-\\ <<A}\\\\ x\nA}\\\nRUN --mount=type=${K:-cache},target=/root/.npm ls\n", {},
@@ -144,6 +162,8 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     'FROM debian:12\nRUN <<EOF\ncurl --fail --header="Authorization: x" https://example.test\nEOF\n',
     # a file's own arguments that merely start BUILD (Home Assistant add-ons' BUILD_FROM)
     "ARG BUILD_FROM=python:3.12\nFROM $BUILD_FROM\nARG BUILDER_IMAGE=golang:1.22\nFROM ${BUILDER_IMAGE} AS b\n",
+    # one < beside ${...}: no heredoc however a frontend expands it
+    "FROM postgres:16\nARG DB=app\nRUN psql -d ${DB} < /init.sql\nRUN python${PY} -c 'print(1 < 2)'\n",
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []
@@ -159,7 +179,7 @@ def test_a_text_a_json_reader_would_recurse_on_is_an_answer_not_an_error() -> No
     "#a=b" + " " * 200_000 + "c\nFROM alpine\n",  # a directive's lazy value before spaces and a word
     "FROM alpine\nRUN " + "--mount=" * 100_000 + "\n",  # `--mount=\\S*\\$` over repeated mounts
     "".join(f"FROM alpine AS s{i}\n" for i in range(10_000)) + "COPY --from=s1 / /\n" * 10_000,  # a set per copy
-    "FROM a\n" + "ONBUILD " * 5000 + "RUN true\n",  # ONBUILD's instruction found without recursion
+    "FROM a\n" + "ONBUILD " * 130_000 + "RUN true\n",  # ONBUILD's instruction found by a walk, not by slices
 ])
 def test_no_dockerfile_holds_the_service_s_threads(dockerfile: str) -> None:
     """The check runs in the service's process: a form that makes it backtrack quadratically (it held the GIL for

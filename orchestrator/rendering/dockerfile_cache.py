@@ -22,8 +22,9 @@ from orchestrator.common.checkout_paths import read_plain
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
+from orchestrator.rendering.dockerfile_doubts import unreadable
 from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, text_problems
-from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of, unreadable
+from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of
 
 _SPACES = re.compile(r"\s*")
 _WORD = re.compile(r"\S*")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from orchestrator.plugin_api.types import BUILT_IMAGES
+from orchestrator.rendering.dockerfile_doubts import unreadable
 from orchestrator.rendering.dockerfile_text import (
     Unreadable,
     directives_of,
@@ -24,7 +25,6 @@ from orchestrator.rendering.dockerfile_text import (
     logical_instructions,
     readings,
     shell_words,
-    unreadable,
 )
 
 MAX_DOCKERFILE_BYTES = 1024 * 1024  # a Dockerfile or dockerfile_inline larger than this is refused, not cut
@@ -37,8 +37,9 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 # other `$` left in a source (`${NAME#x}`, an escaped one) is a form the policy cannot read, and is refused
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_]\w*))")
 # BuildKit's own arguments, which it sets whatever the file declares: TARGETPLATFORM, TARGETSTAGE, BUILDOS and the
-# like (TARGET or BUILD and capitals, those to come too) and BUILDKIT_*. `BUILD_FROM`, `BUILDER_IMAGE` are a file's own.
-_BUILTIN_ARG = re.compile(r"(?:TARGET|BUILD)[A-Z]*|BUILDKIT_\w*")
+# like (TARGET or BUILD and capitals: a file's `# syntax=` may name a frontend with more), BUILDKIT_*, and
+# SOURCE_DATE_EPOCH (dockerfile 1.24 puts a timestamp, digits, for a stage named in it). `BUILD_FROM` is a file's own.
+_BUILTIN_ARG = re.compile(r"(?:TARGET|BUILD)[A-Z]*|BUILDKIT_\w*|SOURCE_DATE_EPOCH")
 MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' values judged; more is refused
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
@@ -66,7 +67,7 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
     source (`COPY --from`, `RUN --mount=from=`), written out or through a variable (an ARG's or ENV's value, a
     build argument): another preview's image would be its base or source. `allowed`: the one po-build/ image it may
     name (a pull request's injected Dockerfile starts from its base preview's kept dependencies). A file BuildKit
-    could read otherwise than dockerfile_text.py does is refused with the reason."""
+    could read otherwise than dockerfile_text.py does is refused with the reason (dockerfile_doubts.py)."""
     if (reason := unreadable(text)) is not None:
         return [f"{shown}: {reason}"]
     looked_at = text.replace(allowed, "") if allowed else text

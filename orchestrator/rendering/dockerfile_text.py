@@ -5,14 +5,11 @@ the policy (dockerfile_policy.py) judges and what the cache-mount rewrite (docke
 instructions, not the lines a reader sees.
 
 Where BuildKit's versions, its syntax detection or its lexer could read a file otherwise than this module does, the
-file is refused (`unreadable`) rather than judged on a guess: another frontend named anywhere BuildKit looks for
-one, a directive it might take and this module would not, a line that ends in an escaped escape character (one
-version continues it, the next does not), a carriage return inside a line, a `<<` in RUN, COPY or ADD that is not a
-plain heredoc marker."""
+file is refused rather than judged on a guess (dockerfile_doubts.py `unreadable`)."""
 
 from __future__ import annotations
 
-import itertools
+import functools
 import re
 from collections.abc import Iterator
 
@@ -22,106 +19,15 @@ BOM = "\ufeff"
 _DIRECTIVE = re.compile(r"#[ \t\r]*([a-zA-Z][a-zA-Z0-9]*)[ \t\r]*=(.*)")
 _KNOWN_DIRECTIVES = ("syntax", "escape", "check")
 _COMMENT = re.compile(r"^[ \t\r\f\v]*#")
-# Characters Python and BuildKit (Go) read differently as line breaks or spaces, a byte-order mark past the start, a
-# carriage return not ending a line: a file with one is refused, so the lines read here are BuildKit's lines.
-AMBIGUOUS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-                       f"{BOM}]|\r(?!\n|$)")
-# `# syntax=`: BuildKit's own Dockerfile frontend only. Another frontend image would build whatever it likes.
-SYNTAX = re.compile(r"^(?:docker\.io/)?docker/dockerfile(?:-upstream)?:[0-9][\w.-]*(?:@sha256:[0-9a-f]{64})?$")
-# Where BuildKit's syntax detection looks besides `# syntax=`: `// syntax=`, after a `#!` line, in a JSON object.
-# Spaces and tabs only, within a line: `\s` would match line breaks too and backtrack quadratically over a run of
-# empty lines (a 1 MiB file of them held the service's threads for hours).
-_SYNTAX_ANYWHERE = re.compile(r"^[ \t]*(?:#|//)[ \t]*syntax[ \t]*=", re.IGNORECASE | re.MULTILINE)
-_ESCAPE_ANYWHERE = re.compile(r"^[ \t]*#[ \t]*escape[ \t]*=", re.IGNORECASE | re.MULTILINE)
-_HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
+HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
 # A shell word BuildKit takes for a heredoc (`[n]<<[-]name`), and the names this module reads: `NAME`, `"NAME"`,
 # `'NAME'`
 _HEREDOC_WORD = re.compile(r"\d*<<(-?)\s*([^<]*)")
 _HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
-# What a flag word (`--name=value` before an instruction's arguments) may hold: BuildKit reads those byte by byte,
-# taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
-_FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
-_UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
-# The instructions whose flags name sources (FROM --platform aside): their flag words are judged
-_FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN")
-# The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword
-# they make one BuildKit knows (ONBUİLD) of a word this module takes for none
-_LOWERS_TO_ASCII = re.compile("[\u0130\u212a]")
 
 
 class Unreadable(Exception):
     """The file could be read by BuildKit otherwise than here: refused, with the reason."""
-
-
-def unreadable(text: str) -> str | None:
-    """Why BuildKit might read `text` otherwise than this module (None: it reads it as here)."""
-    body = text.removeprefix(BOM)
-    if AMBIGUOUS.search(body):
-        return "control characters or unusual spaces are not allowed (nor a carriage return inside a line)"
-    if body.startswith("#!"):
-        return "a first line starting #! is not allowed (BuildKit looks for a frontend after it)"
-    # BuildKit (v0.11 on) looks for a frontend in a file that is a JSON object, whatever its depth (Go's reader
-    # takes 10,000 levels, Python's fewer): a Dockerfile cannot start with `{`, so none is read as JSON here
-    if body.lstrip(" \t\r\n").startswith("{"):
-        return "a Dockerfile written as JSON is not allowed (BuildKit looks for a frontend in it)"
-    if _variable_mount(body):
-        return ("a --mount with a variable is not allowed (a frontend that expands it could make it a cache mount "
-                "the service did not key)")
-    directives = directives_of(text)
-    syntaxes = directives.get("syntax", [])
-    for syntax in syntaxes:
-        if not SYNTAX.match(syntax):
-            return f"# syntax={syntax[:60]} is not allowed (only BuildKit's own docker/dockerfile frontend)"
-    if len(_SYNTAX_ANYWHERE.findall(body)) != len(syntaxes):
-        return "a syntax line outside the file's first directives is not allowed (BuildKit may take it)"
-    if len(_ESCAPE_ANYWHERE.findall(body)) != len(directives.get("escape", [])) or (
-            "escape" in directives and "check" in directives):  # versions before `check` stop at it
-        return "an escape directive BuildKit's versions could read differently is not allowed"
-    escape = escape_of(directives)
-    if any(line.removesuffix("\n").removesuffix("\r").rstrip(" \t").endswith(escape * 2) for line in lines_of(text)):
-        return (f"a line that ends in {escape}{escape} is not allowed (BuildKit's versions disagree whether it "
-                "continues)")
-    try:
-        for reading in readings(text):
-            for logical in reading:
-                if (problem := _instruction_problem(logical)) is not None:
-                    return problem
-    except Unreadable as exc:
-        return str(exc)
-    return None
-
-
-def _instruction_problem(logical: str) -> str | None:
-    """Why BuildKit might read one instruction (or one line read alone) otherwise than this module."""
-    words = logical.split()
-    if not words:
-        return None
-    keyword, rest = keyword_of(words)
-    for word in words[:len(words) - len(rest)]:  # ONBUILD and the instruction it holds
-        if _LOWERS_TO_ASCII.search(word):
-            return f"an instruction's keyword with a character Go lower-cases to ASCII ({word[:30]})"
-    if keyword not in _FLAGGED_INSTRUCTIONS:  # a continuation line read alone (`  --prefix=/usr \\`) has no flags
-        return None
-    for word in itertools.takewhile(lambda w: w.startswith("--"), rest):
-        if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
-            return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit reads flags "
-                    "otherwise)")
-    # Newer frontends look for heredocs after expanding `${NAME:-word}` with no variables set: a `<` in such a line
-    # could open a heredoc that ends where this module joins a continuation, and hide what follows
-    if keyword in _HEREDOC_INSTRUCTIONS and "${" in logical and "<" in logical:
-        return (f"a {keyword} with both ${{...}} and < is not allowed (a frontend may find a heredoc in the "
-                "expanded line that the service does not)")
-    return None
-
-
-def _variable_mount(body: str) -> bool:
-    """Whether a word of `body` holds `--mount=` with a `$` after it (anywhere: on a line this module joins and a
-    frontend may not). Word by word: a pattern `--mount=\\S*\\$` backtracks quadratically over repeated mounts."""
-    for word in re.finditer(r"\S+", body):
-        lowered = word[0].lower()
-        if (at := lowered.find("--mount=")) >= 0 and "$" in lowered[at:]:
-            return True
-    return False
 
 
 def lines_of(text: str) -> list[str]:
@@ -148,17 +54,18 @@ def escape_of(directives: dict[str, list[str]]) -> str:
     return next((value for value in directives.get("escape", []) if value in ("\\", "`")), "\\")
 
 
-def readings(text: str) -> list[list[str]]:
+@functools.lru_cache(maxsize=4)  # a render judges one file several times (unreadable, the policy, the cache keying)
+def readings(text: str) -> tuple[tuple[str, ...], ...]:
     """The file's instructions in order, read three times: with heredocs' bodies as BuildKit's frontend skips them;
     without (as a builder that knows no heredocs reads every line); and every line on its own (a frontend may find a
     heredoc this module does not — newer ones look for one after expanding variables — and end it at a line this
     module joins to the next). All are judged."""
     escape = escape_of(directives_of(text))
     lines = lines_of(text)
-    joined_readings = [[logical for _, _, logical in instructions(lines, escape, heredocs) if logical is not None]
+    joined_readings = [tuple(logical for _, _, logical in instructions(lines, escape, heredocs) if logical is not None)
                        for heredocs in (True, False)]
-    alone = [line.rstrip("\r\n") for line in lines if line.strip() and not _COMMENT.match(line)]
-    return [*joined_readings, alone]
+    alone = tuple(line.rstrip("\r\n") for line in lines if line.strip() and not _COMMENT.match(line))
+    return (*joined_readings, alone)
 
 
 def logical_instructions(text: str) -> list[str]:
@@ -187,15 +94,15 @@ def instructions(lines: list[str], escape: str, heredocs: bool = False) -> Itera
 
 def keyword_of(words: list[str]) -> tuple[str, list[str]]:
     """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
-    keyword, rest = words[0].upper(), words[1:]
-    while keyword == "ONBUILD" and rest:  # a loop: a thousand ONBUILDs in a line must not exhaust the stack
-        keyword, rest = rest[0].upper(), rest[1:]
-    return keyword, rest
+    at = 0
+    while words[at].upper() == "ONBUILD" and at + 1 < len(words):  # a walk: a thousand ONBUILDs in a line
+        at += 1
+    return words[at].upper(), words[at + 1:]
 
 
 def _may_have_heredocs(logical: str) -> bool:  # ONBUILD's instruction too, should a frontend read one there
     words = logical.split()
-    return bool(words) and keyword_of(words)[0] in _HEREDOC_INSTRUCTIONS
+    return bool(words) and keyword_of(words)[0] in HEREDOC_INSTRUCTIONS
 
 
 def heredoc_markers(logical: str) -> list[tuple[bool, str]]:
