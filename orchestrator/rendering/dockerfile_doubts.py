@@ -41,7 +41,7 @@ _FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN")
 _KEYWORDS = frozenset({"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL",
                        "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"})
 # The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword
-# they make one BuildKit knows (ONBUİLD) of a word this module takes for none
+# they make one BuildKit knows (ONBUİLD) of a word the reader takes for none
 _LOWERS_TO_ASCII = re.compile("[\u0130\u212a]")
 
 
@@ -84,7 +84,7 @@ def unreadable(text: str) -> str | None:
 
 
 def _instruction_problem(logical: str, escape: str) -> str | None:
-    """Why BuildKit might read one instruction (or one line read alone) otherwise than this module."""
+    """Why BuildKit might read one instruction (or one line read alone) otherwise than dockerfile_text.py."""
     words = logical.split()
     if not words:
         return None
@@ -110,7 +110,7 @@ def _instruction_problem(logical: str, escape: str) -> str | None:
         return None
     heredoc_markers(logical)  # Unreadable for a heredoc whose name is not plain, in every reading
     # Newer frontends look for heredocs after expanding `${NAME:-word}` with no variables set (`<${X:-}<A` is
-    # `<<A`): two `<` in such a line could open a heredoc that ends where this module joins a continuation
+    # `<<A`): two `<` in such a line could open a heredoc that ends where the reader joins a continuation
     if "${" in logical and logical.count("<") >= 2:
         return (f"a {keyword} with ${{...}} and two < is not allowed (a frontend may find a heredoc in the "
                 "expanded line that the service does not)")
@@ -121,7 +121,7 @@ def _instruction_problem(logical: str, escape: str) -> str | None:
 
 
 def _variable_mount(body: str) -> bool:
-    """Whether a word of `body` holds `--mount=` with a `$` after it (anywhere: on a line this module joins and a
+    """Whether a word of `body` holds `--mount=` with a `$` after it (anywhere: on a line dockerfile_text.py joins and a
     frontend may not). Word by word: a pattern `--mount=\\S*\\$` backtracks quadratically over repeated mounts."""
     for word in re.finditer(r"\S+", body):
         lowered = word[0].lower()
