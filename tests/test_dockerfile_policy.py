@@ -128,6 +128,15 @@ def host() -> PluginHost:
     # dockerfile 1.24 puts a timestamp (digits: an id's prefix) in SOURCE_DATE_EPOCH for a stage named in it
     ("ARG SOURCE_DATE_EPOCH=ts\nFROM scratch AS ts\nADD https://example.test/x /e\nFROM ${SOURCE_DATE_EPOCH}\n", {},
      "through SOURCE_DATE_EPOCH"),
+    # a heredoc only this reader sees puts it out of step: a `FROM alpine AS 3f2a9c1d` in a heredoc's body looks
+    # like a stage to it and to no BuildKit. A stage named like an id excuses no id, and each such heredoc is refused.
+    ("FROM alpine AS deadbeef\nFROM python:3.12\nCOPY --from=deadbeef /a /a\n", {}, "rename it"),
+    ("# syntax=docker/dockerfile:1.4\nFROM alpine AS base\nRUN true # <<X '\nCOPY <<EOF /junk\nX\n"
+     "FROM alpine AS 3f2a9c1d\nEOF\nFROM base\nCOPY --from=3f2a9c1d / /\n", {}, "a quote that never closes"),
+    ("# syntax=docker/dockerfile:1.4\nFROM alpine AS base\nCOPY \u0663<<X /tmp/\nCOPY <<EOF /junk\nX\n"
+     "FROM alpine AS deadbeef\nEOF\nFROM deadbeef\nRUN true\n", {}, ID),  # an Arabic-Indic digit: no \d to Go
+    ("# syntax=docker/dockerfile:1\nFROM alpine AS base\nRUN true # x<< <<X\nRUN <<EOF\nX\nFROM alpine AS deadbeef\n"
+     "EOF\nFROM base\nRUN --mount=from=deadbeef,target=/loot ls /loot\n", {}, "a << that ends a word"),
     # a JSON object BuildKit (v0.11 on) reads a frontend from, nested deeper than Python's reader goes
     ('{"syntax": "evil/frontend", "x": ' + "[" * 5000 + "]" * 5000 + "}", {}, "written as JSON"),
     ("FROM alpine\nRUN exit 0; ${X:-\\ <<A}\\\\ x\nA}\\\nRUN --mount=type=${K:-cache},target=/root/.npm ls\n", {},
@@ -147,11 +156,11 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
 @pytest.mark.parametrize("dockerfile", [
     "ARG NODE_VERSION=20\nFROM node:${NODE_VERSION}-alpine AS build\nFROM debian:12\nCOPY --from=build /a /a\n",
     "ARG BASE=python:3.12\nFROM $BASE\nARG STAGE=0\nCOPY --from=${STAGE} /a /a\n",
-    "FROM --platform=$BUILDPLATFORM golang:1.22 AS beef\nFROM scratch\nCOPY --from=beef /a /a\n",
+    "FROM --platform=$BUILDPLATFORM golang:1.22 AS builder\nFROM scratch\nCOPY --from=builder /a /a\n",
     "FROM python:3.12\nRUN echo from=3f2a --from=3f2a\n",  # words of a command, not flags
     "FROM python:3.12\nRUN python3 - <<EOF\nfrom abc import ABC\nprint(ABC)\nEOF\n",  # a heredoc's body
     "FROM python:3.12\nCOPY <<-EOF /etc/x\n\tsome text\n\tEOF\nRUN true\n",
-    "# syntax=docker/dockerfile:1.7\n# escape=\\\nFROM python:3.12 AS cafe\nCOPY --from=cafe /a /a\n",
+    "# syntax=docker/dockerfile:1.7\n# escape=\\\nFROM python:3.12 AS deps\nCOPY --from=deps /a /a\n",
     "FROM python:3.12\nRUN echo $((1<<3)) && python -c 'print(1<<3)'\nRUN bash -c 'cat <<< hi'\n",
     "FROM python:3.12\nRUN cat > /etc/x <<'EOF'\nline\nEOF\nLABEL maintainer=\"Jos\u00e9\"\n",
     "FROM python:3.12\nLABEL description=\"An application \\\n  f\u00fcr Kunden\"\n",  # a line that starts non-ASCII

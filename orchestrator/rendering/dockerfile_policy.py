@@ -99,7 +99,8 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
             if value != allowed and f"{BUILT_IMAGES}/" in value.lower():  # plain (above): no continuation in it
                 return f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"
             if IMAGE_ID.fullmatch(_normalized(value)) and value.lower() not in stages:
-                return f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has)"
+                return (f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has; "
+                        "a stage named with hex digits alone reads as one too, so rename it)")
     return None
 
 
@@ -154,7 +155,9 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
             # read by a builder without heredocs), so it names nothing
             if len(arguments) == 1 or (len(arguments) == 3 and arguments[1].upper() == "AS"):
                 yield arguments[0], names
-            if len(arguments) == 3:
+            # A stage named like an image id excuses no id: a reading out of step with BuildKit (a heredoc only it
+            # saw) could take `FROM alpine AS 3f2a` in a heredoc's body for a stage BuildKit never has
+            if len(arguments) == 3 and not IMAGE_ID.fullmatch(arguments[2]):
                 names.add(arguments[2].lower())
                 stages.add(arguments[2].lower())
             stages.add(str(count))

@@ -22,7 +22,7 @@ _COMMENT = re.compile(r"^[ \t\r\f\v]*#")
 HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
 # A shell word BuildKit takes for a heredoc (`[n]<<[-]name`), and the names this module reads: `NAME`, `"NAME"`,
 # `'NAME'`
-_HEREDOC_WORD = re.compile(r"\d*<<(-?)\s*([^<]*)")
+_HEREDOC_WORD = re.compile(r"\d*<<(-?)\s*([^<]*)", re.ASCII)  # Go's \d is 0-9 alone (Python's: any digit)
 _HEREDOC_NAME = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_.-]*)\1")
 
 
@@ -111,9 +111,14 @@ def heredoc_markers(logical: str) -> list[tuple[bool, str]]:
     if not _may_have_heredocs(logical) or "<<" not in logical:
         return []
     markers = []
-    for word in shell_words(logical, "\\", keep_quotes=True):
+    words, closed = _lexed(logical, "\\", keep_quotes=True)
+    if not closed:  # BuildKit's lexer fails on the line and finds no heredoc in it at all
+        raise Unreadable(f"a quote that never closes in a line with << ({logical[:40]})")
+    for word in words:
         found = _HEREDOC_WORD.fullmatch(word)
         if found is None:
+            if word.endswith("<<"):  # dockerfile 1.17 on joins `x<< <<A` into one word: no heredoc to it
+                raise Unreadable(f"a << that ends a word ({word[:40]}; write <<NAME)")
             continue  # `<<<`, `$((1<<3))`, a quoted `"<<EOF"`: no heredoc to BuildKit either
         plain = _HEREDOC_NAME.fullmatch(found[2])
         if plain is None:
@@ -141,6 +146,11 @@ def shell_words(text: str, escape: str, keep_quotes: bool) -> list[str]:
     """`text` split into words as BuildKit's lexer splits them: on spaces and tabs outside quotes, the escape
     character taking the next character as it is (not inside single quotes). `keep_quotes`: the quotes and escape
     characters stay in the words (as BuildKit looks for heredocs); else removed (as ARG and ENV values get them)."""
+    return _lexed(text, escape, keep_quotes)[0]
+
+
+def _lexed(text: str, escape: str, keep_quotes: bool) -> tuple[list[str], bool]:
+    """`shell_words`, and whether every quote closed."""
     words: list[str] = []
     word: list[str] = []
     quote = ""
@@ -176,7 +186,7 @@ def shell_words(text: str, escape: str, keep_quotes: bool) -> list[str]:
             started = True
     if started:
         words.append("".join(word))
-    return words
+    return words, not quote
 
 
 def continues(line: str, escape: str) -> bool:
