@@ -97,7 +97,7 @@ def host() -> PluginHost:
     ("FROM ${TARGETSTAGE} AS deadbeef\n", {}, "an image named through TARGETSTAGE"),
     ("ARG TARGETVARIANT\nFROM python:3.12\nCOPY --from=$TARGETVARIANT / /\n", {}, "through TARGETVARIANT"),
     # a heredoc only a newer frontend finds (it expands `${X:-word}` first) ends at a line this reader joins, or
-    # holds a stage this reader counts: refused wherever `${` and `<` meet in a RUN, COPY or ADD
+    # holds a stage this reader counts: refused wherever `${` and two `<` meet in a RUN, COPY or ADD
     ("# syntax=docker/dockerfile:1.4\nARG P=po-buil\nARG S=${P}d/victim:latest\nFROM alpine AS decoy\n"
      "RUN ${X:-\\ <<A}\\\\ true\nA}\\\nFROM ${S}\nRUN echo pwned\n", {}, EXPANDED_HEREDOC),
     ("# syntax=docker/dockerfile:1.4\nARG P=po-buil\nARG S=${P}d/victim:latest\nFROM alpine AS decoy\n"
