@@ -15,7 +15,7 @@ from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BaseDependencies
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
-from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_cache_mounts
+from orchestrator.rendering.dockerfile_cache import CacheMountRefused, injected_problems, keyed_cache_mounts
 from orchestrator.rendering.dockerfile_policy import names_built_images, text_problems
 from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
 from tests.support.repos import config_for, make_repo
@@ -131,6 +131,9 @@ def host() -> PluginHost:
     # a heredoc only this reader sees puts it out of step: a `FROM alpine AS 3f2a9c1d` in a heredoc's body looks
     # like a stage to it and to no BuildKit. A stage named like an id excuses no id, and each such heredoc is refused.
     ("FROM alpine AS deadbeef\nFROM python:3.12\nCOPY --from=deadbeef /a /a\n", {}, "rename it"),
+    # a stage's name, however BuildKit would normalise a reference that looks like it, excuses nothing
+    ("FROM alpine AS library/3f2a9c1d\nFROM alpine\nCOPY --from=library/3f2a9c1d / /loot\n", {}, ID),
+    ("FROM alpine AS 3f2a9c1d:latest\nFROM alpine\nRUN --mount=from=3f2a9c1d:latest,target=/l ls\n", {}, ID),
     ("# syntax=docker/dockerfile:1.4\nFROM alpine AS base\nRUN true # <<X '\nCOPY <<EOF /junk\nX\n"
      "FROM alpine AS 3f2a9c1d\nEOF\nFROM base\nCOPY --from=3f2a9c1d / /\n", {}, "a quote that never closes"),
     ("# syntax=docker/dockerfile:1.4\nFROM alpine AS base\nCOPY \u0663<<X /tmp/\nCOPY <<EOF /junk\nX\n"
@@ -219,6 +222,36 @@ def test_names_built_images_reads_continuations_as_buildkit_joins_them() -> None
     assert names_built_images("FROM po-\\ \n#c\n\nbuild/x\n")
     assert names_built_images("# escape=`\nFROM po-`\nbuild/x\n")
     assert not names_built_images("FROM python:3.12\nRUN echo po-\\\n  done\n")
+
+
+def test_a_cache_mount_is_keyed_only_where_the_copy_reads_as_the_file(host: PluginHost) -> None:
+    """BuildKit takes a cache mount's last id; the keyed copy writes a RUN on one line, which must not move where a
+    heredoc ends (a body line ending in the escape character is joined to the heredoc's end by the rewrite)."""
+    with pytest.raises(CacheMountRefused, match="two ids"):
+        keyed_cache_mounts("FROM alpine\nRUN --mount=type=cache,target=/x,id=a,id=b true\n", str, "Dockerfile")
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k", build_cache=True)
+    own = context.cache_mount("go-build", "/root/.cache").strip()
+    [problem] = injected_problems(f"FROM alpine\nRUN {own},id=victim true\n", context, "Dockerfile")
+    assert "two ids" in problem
+    moved = ("FROM alpine\nRUN --mount=type=cache,target=/x,id=one <<A\nRUN --mount=type=cache,target=/y,id=two \\\n"
+             "A\nRUN true\nA\n")
+    with pytest.raises(CacheMountRefused, match="cannot be keyed"):
+        keyed_cache_mounts(moved, str, "Dockerfile")
+    kept = "FROM alpine\nRUN --mount=type=cache,target=/x <<A\napt-get install -y \\\n  curl\nA\nRUN true\n"
+    assert "RUN true" in (keyed_cache_mounts(kept, lambda name: "k", "Dockerfile") or "")
+
+
+def test_a_dockerfile_that_is_a_directory_is_refused(host: PluginHost, tmp_path: Path) -> None:
+    """BuildKit, failing to read `Dockerfile`, reads `dockerfile` beside it: a directory of that name would have hidden
+    the file the build uses from every check."""
+    repo = make_repo(tmp_path / "r", config_for("go"), files={"Dockerfile/x": "", "dockerfile": "FROM 3f2a9c1d\n"})
+    (repo / "compose.preview.yml").write_text(yaml.safe_dump({"services": {"app": {"build": {"context": str(repo)}}}}))
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k")
+    with pytest.raises(ConfigError) as refused:
+        render_deployment(host, repo, load_checkout_config(host, repo), context,
+                          normalize=lambda path, project: yaml.safe_load(path.read_text()))
+    assert any("(Dockerfile) is not a regular file" in problem for problem in refused.value.problems), \
+        refused.value.problems
 
 
 def test_a_compose_file_s_dockerfile_inline_is_judged_as_a_dockerfile(host: PluginHost, tmp_path: Path) -> None:

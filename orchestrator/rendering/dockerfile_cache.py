@@ -24,7 +24,15 @@ from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
 from orchestrator.rendering.dockerfile_doubts import unreadable
 from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, text_problems
-from orchestrator.rendering.dockerfile_text import directives_of, escape_of, instructions, joined, lines_of
+from orchestrator.rendering.dockerfile_text import (
+    Unreadable,
+    directives_of,
+    escape_of,
+    instructions,
+    joined,
+    lines_of,
+    readings,
+)
 
 _SPACES = re.compile(r"\s*")
 _WORD = re.compile(r"\S*")
@@ -123,7 +131,20 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     if _instructions_mentioning_cache(result, escape) != rewritten:
         raise CacheMountRefused(f"{shown}: a cache mount the service cannot read (write it as RUN "
                                 "--mount=type=cache,target=/path, without quotes or variables)")
+    # The copy must read as the file did: the rewrite writes a RUN on one line, and a heredoc's body line that ends in
+    # the escape character, joined so to the heredoc's end, would make that heredoc end elsewhere in the copy
+    if _keywords(result) != _keywords(text):
+        raise CacheMountRefused(f"{shown}: a cache mount beside a heredoc whose body line ends in {escape} cannot be "
+                                "keyed (the copy would read otherwise)")
     return result
+
+
+def _keywords(text: str) -> list[str] | None:
+    """Each instruction's first word as BuildKit reads the file (heredoc bodies skipped); None when it cannot."""
+    try:
+        return [logical.split(None, 1)[0].upper() for logical in readings(text)[0]]
+    except Unreadable:
+        return None
 
 
 def _instructions_mentioning_cache(text: str, escape: str) -> int:
@@ -167,6 +188,8 @@ def _mount(value: str, cache_id: Callable[[str], str], shown: str) -> tuple[str,
     kind = next((item.lower() for key, item in options if key == "type" and item is not None), "bind")
     if kind != "cache":
         return value, 0
+    if sum(key == "id" for key, _ in options) > 1:  # BuildKit takes the last, a reader the first
+        raise CacheMountRefused(f"{shown}: a cache mount with two ids ({value[:60]})")
     named = next((item for key, item in options if key == "id" and item), None)
     target = next((item for key, item in options if key in ("target", "dst", "destination") and item), None)
     if target is None:

@@ -85,7 +85,7 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
 def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
                      allowed: str | None, escape: str, budget: list[int]) -> str | None:
     values = _values(instructions, build_args, escape)
-    for source, stages in _sources(instructions):
+    for source, excused in _sources(instructions):
         if not _PLAIN_SOURCE.fullmatch(source):
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
                     f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
@@ -98,7 +98,7 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
                 return f"{shown}: an image named through a variable with characters of no reference ({source[:60]})"
             if value != allowed and f"{BUILT_IMAGES}/" in value.lower():  # plain (above): no continuation in it
                 return f"{shown} may not name {BUILT_IMAGES}/ (it holds the images built for previews)"
-            if IMAGE_ID.fullmatch(_normalized(value)) and value.lower() not in stages:
+            if IMAGE_ID.fullmatch(_normalized(value)) and value not in excused:
                 return (f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has; "
                         "a stage named with hex digits alone reads as one too, so rename it)")
     return None
@@ -141,12 +141,12 @@ def names_built_images(text: str) -> bool:
 
 def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
     """Every image a build may start from or read — FROM's image, `COPY|ADD --from=`, a RUN mount's `from=` — with
-    the stages it could name instead, as BuildKit resolves them: a FROM and a mount only the stages named before
-    it; `COPY --from` those and their indexes (`--from=0`). The sets grow as stages follow: each holds while its
-    source is judged, before the next is asked for (copied per instruction, they made 4,000 stages take seconds)."""
-    names: set[str] = set()
-    stages: set[str] = set()  # the names and the indexes
-    count = 0
+    the id-like values that name a stage there instead: only `COPY --from`'s indexes of the stages before it
+    (`--from=0`). A stage's name never needs to: BuildKit's stage names start with a letter, so one of hex digits
+    alone (`AS beef`) is the only id-like one, and a reading out of step with BuildKit could take `FROM alpine AS
+    3f2a` in a heredoc's body for a stage BuildKit never has. The set of indexes grows as stages follow: it holds
+    while its source is judged (copied per instruction, such sets made 4,000 stages take seconds)."""
+    indexes: set[str] = set()
     for keyword, rest in map(keyword_of, instructions):
         flags = list(itertools.takewhile(lambda word: word.startswith("--"), rest))
         if keyword == "FROM":
@@ -154,24 +154,18 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
             # `FROM image` or `FROM image AS name`: any other FROM fails the build (a heredoc's `from x import y`
             # read by a builder without heredocs), so it names nothing
             if len(arguments) == 1 or (len(arguments) == 3 and arguments[1].upper() == "AS"):
-                yield arguments[0], names
-            # A stage named like an image id excuses no id: a reading out of step with BuildKit (a heredoc only it
-            # saw) could take `FROM alpine AS 3f2a` in a heredoc's body for a stage BuildKit never has
-            if len(arguments) == 3 and not IMAGE_ID.fullmatch(arguments[2]):
-                names.add(arguments[2].lower())
-                stages.add(arguments[2].lower())
-            stages.add(str(count))
-            count += 1
+                yield arguments[0], set()
+            indexes.add(str(len(indexes)))
             continue
         for flag in flags:
             name, _, value = flag[2:].partition("=")
             if keyword in ("COPY", "ADD") and name.lower() == "from":
-                yield value, stages
+                yield value, indexes
             elif keyword == "RUN" and name.lower() == "mount":  # a mount names a stage by its name, never its index
                 for option in value.split(","):
                     key, _, item = option.partition("=")
                     if key.strip().lower() == "from":
-                        yield item.strip(), names
+                        yield item.strip(), set()
 
 
 def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> dict[str, set[str]]:

@@ -95,9 +95,15 @@ def instructions(lines: list[str], escape: str, heredocs: bool = False) -> Itera
 def keyword_of(words: list[str]) -> tuple[str, list[str]]:
     """An instruction's keyword and its arguments; ONBUILD's own instruction's (it runs in a later build)."""
     at = 0
-    while words[at].upper() == "ONBUILD" and at + 1 < len(words):  # a walk: a thousand ONBUILDs in a line
+    while _upper(words[at]) == "ONBUILD" and at + 1 < len(words):  # a walk: a thousand ONBUILDs in a line
         at += 1
-    return words[at].upper(), words[at + 1:]
+    return _upper(words[at]), words[at + 1:]
+
+
+def _upper(word: str) -> str:
+    """A keyword as BuildKit compares it: ASCII letters alone change case (Python's `upper` makes ı an I, Go's
+    ToLower leaves it; the two Go maps to ASCII are refused, dockerfile_doubts.py)."""
+    return word.upper() if word.isascii() else word
 
 
 def _may_have_heredocs(logical: str) -> bool:  # ONBUILD's instruction too, should a frontend read one there

@@ -71,6 +71,10 @@ def repository_owned(
                 build["dockerfile_inline"] = inline if inline is not None else build["dockerfile_inline"]
         elif isinstance(build, dict):
             dockerfile = Path(str(build.get("context", repo_dir))) / str(build.get("dockerfile") or "Dockerfile")
+            if (dockerfile.exists() or dockerfile.is_symlink()) and not dockerfile.is_file():
+                # a directory (or a link to one): BuildKit, failing to read it, reads `dockerfile` beside it instead
+                problems.append(f"{shown} ({dockerfile.name}) is not a regular file")
+                continue
             if dockerfile.name == "Dockerfile" and not dockerfile.exists():
                 dockerfile = dockerfile.with_name("dockerfile")  # BuildKit's own fallback: it reads that one
             if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():  # none: compose's build says so
