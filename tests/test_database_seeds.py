@@ -52,6 +52,7 @@ def test_only_a_compose_file_generated_from_the_plugins_gets_the_seed(host: Plug
     generated_repo, owned_repo = tmp_path / "generated", tmp_path / "owned"
     shutil.copytree(SAMPLES / "go", generated_repo)
     shutil.copytree(SAMPLES / "go", owned_repo)
+    (owned_repo / "Dockerfile").write_text("FROM golang:1.22\n")  # a build the check reads (none is refused)
     (owned_repo / "compose.preview.yml").write_text(yaml.safe_dump({"services": {
         "app": {"build": {"context": str(owned_repo)}}, "db": {"image": "postgres:16"}}}))  # as normalised
     context = make_context("acme", "shop", 1, 8001, 9001, b"key")

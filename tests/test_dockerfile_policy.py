@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.common.host_env import HostEnv
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BaseDependencies
 from orchestrator.rendering.checkout_config import load_checkout_config
@@ -252,6 +253,39 @@ def test_a_dockerfile_that_is_a_directory_is_refused(host: PluginHost, tmp_path:
                           normalize=lambda path, project: yaml.safe_load(path.read_text()))
     assert any("(Dockerfile) is not a regular file" in problem for problem in refused.value.problems), \
         refused.value.problems
+
+
+def test_the_build_reads_the_bytes_judged_wherever_compose_would_look(host: PluginHost, tmp_path: Path) -> None:
+    """compose cleans `a/../Dockerfile` as text and BuildKit resolves a link inside the Dockerfile's own directory:
+    the build always reads the service's copy of what was judged, and a Dockerfile the check cannot find is
+    refused, never skipped. buildx bake's templates (`%{ }`) in a build are refused, and bake is not used."""
+    repo = make_repo(tmp_path / "r", config_for("go"), files={"Dockerfile": "FROM po-build/0123-app\n",
+                                                             "good/Dockerfile": "FROM alpine\n", "README.md": ""})
+    (repo / "sub").mkdir()
+    (repo / "sub" / "Dockerfile").symlink_to("../good/Dockerfile")
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k")
+
+    def render_with(build: dict) -> dict:
+        (repo / "compose.preview.yml").write_text(yaml.safe_dump({"services": {"app": {"build": build}}}))
+        return render_deployment(host, repo, load_checkout_config(host, repo), context,
+                                 normalize=lambda path, project: yaml.safe_load(path.read_text()))
+
+    for dockerfile in ("README.md/../Dockerfile", "nodir/../Dockerfile"):  # compose reads ./Dockerfile
+        with pytest.raises(ConfigError) as refused:
+            render_with({"context": str(repo), "dockerfile": dockerfile})
+        assert any(BUILT in problem for problem in refused.value.problems), refused.value.problems
+    with pytest.raises(ConfigError) as refused:
+        render_with({"context": str(repo), "dockerfile": "missing/Dockerfile"})
+    assert any("is not in the repository" in problem for problem in refused.value.problems), refused.value.problems
+    rendered = render_with({"context": str(repo / "sub")})  # a link: judged and built as the file it names here
+    assert rendered.compose["services"]["app"]["build"]["dockerfile"].endswith("r.build/app.Dockerfile")
+    assert rendered.build_files["app.Dockerfile"] == "FROM alpine\n"
+    for build in ({"context": str(repo / "good"), "dockerfile_inline": "#%{ if true } syntax=x/y%{ endif }\nFROM b\n"},
+                  {"context": str(repo / "good"), "args": {"BUILD%{ if true }%{ endif }KIT_SYNTAX": "x/y"}}):
+        with pytest.raises(ConfigError) as refused:
+            render_with(build)
+        assert any("may not hold %{" in problem for problem in refused.value.problems), refused.value.problems
+    assert HostEnv.for_state_dir(tmp_path, {}).docker()["COMPOSE_BAKE"] == "false"
 
 
 def test_a_compose_file_s_dockerfile_inline_is_judged_as_a_dockerfile(host: PluginHost, tmp_path: Path) -> None:

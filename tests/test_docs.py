@@ -35,6 +35,9 @@ def test_the_monorepo_example_renders_with_its_own_dockerfile_and_the_repository
     rendered = render_deployment(host, repo, load_checkout_config(host, repo),
                                  make_context("acme", "mono", 3, 8003, 9003, b"k"))
     assert INJECTED_DOCKERFILE not in rendered.files
-    assert rendered.compose["services"]["app"]["build"] == {"context": ".", "dockerfile": "apps/api/Dockerfile",
+    # the build reads the service's copy of the judged apps/api/Dockerfile, beside the checkout
+    assert rendered.compose["services"]["app"]["build"] == {"context": ".", "dockerfile": str(repo.parent / "mono.build"
+                                                                                          / "app.Dockerfile"),
                                                             "labels": {"dev.preview-orchestrator.deployment":
                                                                        "acme-mono-3"}}
+    assert rendered.build_files["app.Dockerfile"] == "FROM node:20-bookworm-slim\nCOPY . .\n"

@@ -159,12 +159,17 @@ def test_repository_dockerfile_and_dockerfile_path_are_used(host: PluginHost, tm
     own = make_repo(tmp_path / "own", config_for("go"), files={"Dockerfile": "FROM scratch\n"})
     rendered = render(host, own)
     assert INJECTED_DOCKERFILE not in rendered.files
-    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == "Dockerfile"
+    # the build reads the service's copy of the bytes judged (never a path compose or BuildKit could resolve
+    # otherwise than the check did), beside the checkout
+    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == str(tmp_path / "own.build" / "app.Dockerfile")
+    assert rendered.build_files == {"app.Dockerfile": "FROM scratch\n"}
     custom = make_repo(tmp_path / "custom", config_for("go", dockerfile="ops/Preview.Dockerfile"),
-                       files={"ops/Preview.Dockerfile": "FROM scratch\n"})
+                       files={"ops/Preview.Dockerfile": "FROM scratch\n# custom\n"})
     rendered = render(host, custom)
     assert INJECTED_DOCKERFILE not in rendered.files
-    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == "ops/Preview.Dockerfile"
+    assert rendered.compose["services"]["app"]["build"]["dockerfile"] == str(tmp_path / "custom.build"
+                                                                              / "app.Dockerfile")
+    assert rendered.build_files == {"app.Dockerfile": "FROM scratch\n# custom\n"}
 
 
 REPO_COMPOSE = """
@@ -187,7 +192,7 @@ volumes:
 
 def test_repository_compose_gets_ports_env_and_labels(host: PluginHost, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", config_for("nestjs", env=["ADDED=2"], startup_commands=["npm run migrate"]),
-                     files={"compose.preview.yaml": REPO_COMPOSE})
+                     files={"compose.preview.yaml": REPO_COMPOSE, "Dockerfile": "FROM node:20\n"})
     rendered = render(host, repo)
     assert rendered.repository_owned and rendered.compose_file == "compose.preview.generated.yml"
     write_rendered(repo, rendered)

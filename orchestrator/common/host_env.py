@@ -40,6 +40,9 @@ class HostEnv:
     def docker(self) -> dict[str, str]:
         env = self._base(self.inherited.get("HOME") or "/root")
         env.update({name: self.inherited[name] for name in DOCKER_CLIENT_VARIABLES if self.inherited.get(name)})
+        # compose's own builder, not buildx bake, which evaluates `%{ }` templates in what compose hands it (a
+        # pull request's dockerfile_inline, build args); set here, so a checkout's `.env` cannot turn bake on
+        env["COMPOSE_BAKE"] = "false"
         return env
 
     def git(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -48,10 +48,13 @@ class CacheMountRefused(Exception):
 
 
 def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, context: RenderContext,
-                     build_files: dict[str, str]) -> str | None:
-    """When the repository's `dockerfile` has cache mounts: its keyed copy (and its own `.dockerignore`, which
-    BuildKit reads beside the Dockerfile) added to `build_files` as `name`, and the path the build must use; None
-    when the file is used as it is. ConfigError when a cache mount cannot be read."""
+                     build_files: dict[str, str]) -> str:
+    """The repository's `dockerfile` as the build reads it: the service's copy of the bytes judged, its cache mounts
+    keyed (and its own `.dockerignore`, which BuildKit reads beside the Dockerfile), added to `build_files` as
+    `name`; the path the build must use. Always a copy, so that the file built is the file judged: compose and
+    BuildKit find a Dockerfile otherwise than Python does (`a/../Dockerfile` cleaned as text, a link resolved inside
+    the Dockerfile's own directory, buildx bake's templates in its path). ConfigError when a cache mount cannot be
+    read."""
     try:
         data = dockerfile.read_bytes()
     except OSError as exc:
@@ -66,9 +69,7 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:
         raise ConfigError([str(exc)]) from None
-    if keyed is None:
-        return None
-    build_files[name] = keyed
+    build_files[name] = text if keyed is None else keyed
     ignore = read_plain(dockerfile.parent, f"{dockerfile.name}.dockerignore")
     if ignore is not None and dockerfile.parent.resolve().is_relative_to(repo_dir.resolve()):
         build_files[f"{name}.dockerignore"] = ignore

@@ -50,7 +50,7 @@ def generated(
         if problems := dockerfile_problems(repo_dir / dockerfile, dockerfile):
             raise ConfigError(problems)
         dockerfile = keyed_dockerfile(repo_dir, repo_dir / dockerfile, "app.Dockerfile", dockerfile, context,
-                                      build_files) or dockerfile
+                                      build_files)
     app = host.app_service(config.framework, config, context, ProjectFiles(repo_dir))
     database = host.database(config.database, context)
     extras = [host.extra_service(name, context) for name in config.extra_services]

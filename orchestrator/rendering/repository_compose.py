@@ -3,6 +3,7 @@ reads it), then given the preview's names, ports, environment and labels."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,10 @@ def repository_owned(
     for service_name, service in (compose.get("services") or {}).items():
         build = service.get("build") if isinstance(service, dict) else None
         shown = f"{name}: service {service_name}: its Dockerfile"
+        if isinstance(build, dict) and _bake_template(build):
+            problems.append(f"{name}: service {service_name}: build may not hold %{{ (buildx bake, which a host may "
+                            "build with, would evaluate it as a template)")
+            continue
         args = build_args(build.get("args")) if isinstance(build, dict) else {}
         if isinstance(build, dict) and build.get("dockerfile_inline"):
             if found := text_problems(str(build["dockerfile_inline"]), shown, args):
@@ -70,25 +75,26 @@ def repository_owned(
             else:
                 build["dockerfile_inline"] = inline if inline is not None else build["dockerfile_inline"]
         elif isinstance(build, dict):
-            dockerfile = Path(str(build.get("context", repo_dir))) / str(build.get("dockerfile") or "Dockerfile")
+            # as compose joins them: `..` cleaned as text (the build then reads the service's copy, below)
+            dockerfile = Path(os.path.normpath(Path(str(build.get("context", repo_dir)))
+                                               / str(build.get("dockerfile") or "Dockerfile")))
             if (dockerfile.exists() or dockerfile.is_symlink()) and not dockerfile.is_file():
                 # a directory (or a link to one): BuildKit, failing to read it, reads `dockerfile` beside it instead
                 problems.append(f"{shown} ({dockerfile.name}) is not a regular file")
                 continue
             if dockerfile.name == "Dockerfile" and not dockerfile.exists():
                 dockerfile = dockerfile.with_name("dockerfile")  # BuildKit's own fallback: it reads that one
-            if inside(repo_dir, str(dockerfile)) and dockerfile.is_file():  # none: compose's build says so
+            if not dockerfile.is_file() or not inside(repo_dir, str(dockerfile)):  # never a build it did not read
+                problems.append(f"{shown} ({build.get('dockerfile') or 'Dockerfile'}) is not in the repository")
+            else:
                 found = dockerfile_problems(dockerfile, shown, args)
                 problems += found
                 if not found:
                     try:
-                        keyed = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile", shown, context,
-                                                 build_files)
+                        build["dockerfile"] = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile",
+                                                               shown, context, build_files)
                     except ConfigError as exc:
                         problems += exc.problems
-                    else:
-                        if keyed is not None:
-                            build["dockerfile"] = keyed
     if problems:
         raise ConfigError(problems)
     services = compose["services"]
@@ -133,3 +139,15 @@ def _unescape(value: Any) -> list[str] | None:
         return None
     items = value if isinstance(value, list) else [value]
     return [str(item).replace("$$", "$") for item in items]
+
+
+def _bake_template(value: object) -> bool:
+    """Whether a build section holds `%{` anywhere, or `${` in a name: buildx bake evaluates both (compose escapes
+    `${` only in build arguments' values and dockerfile_inline)."""
+    if isinstance(value, str):
+        return "%{" in value
+    if isinstance(value, dict):
+        return any("%{" in str(key) or "${" in str(key) or _bake_template(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_bake_template(item) for item in value)
+    return False
