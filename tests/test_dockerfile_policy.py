@@ -16,7 +16,12 @@ from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BaseDependencies
 from orchestrator.rendering.checkout_config import load_checkout_config
 from orchestrator.rendering.compose_file import INJECTED_DOCKERFILE, make_context, render_deployment
-from orchestrator.rendering.dockerfile_cache import CacheMountRefused, injected_problems, keyed_cache_mounts
+from orchestrator.rendering.dockerfile_cache import (
+    CacheMountRefused,
+    injected_problems,
+    keyed_cache_mounts,
+    keyed_dockerfile,
+)
 from orchestrator.rendering.dockerfile_policy import names_built_images, text_problems
 from orchestrator.rendering.plugin_host import PluginHost, build_plugin_host
 from tests.support.repos import config_for, make_repo
@@ -286,6 +291,12 @@ def test_the_build_reads_the_bytes_judged_wherever_compose_would_look(host: Plug
             render_with(build)
         assert any("may not hold %{" in problem for problem in refused.value.problems), refused.value.problems
     assert HostEnv.for_state_dir(tmp_path, {}).docker()["COMPOSE_BAKE"] == "false"
+    # the copy is judged as it is read, once: a process a build command left running (BUILD_COMMANDS_MODE=host)
+    # could change the file between a check's read and a copy's
+    (repo / "good" / "Dockerfile").write_text("FROM po-build/0123-app\n")
+    with pytest.raises(ConfigError) as refused:
+        keyed_dockerfile(repo, repo / "good" / "Dockerfile", "app.Dockerfile", "Dockerfile", context, {})
+    assert any(BUILT in problem for problem in refused.value.problems), refused.value.problems
 
 
 def test_a_compose_file_s_dockerfile_inline_is_judged_as_a_dockerfile(host: PluginHost, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ ONBUILD, or a `type=cache` the rewrite did not account for refuses the file with
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from orchestrator.common.checkout_paths import read_plain
@@ -48,13 +48,14 @@ class CacheMountRefused(Exception):
 
 
 def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, context: RenderContext,
-                     build_files: dict[str, str]) -> str:
+                     build_files: dict[str, str], build_args: Mapping[str, str | None] | None = None) -> str:
     """The repository's `dockerfile` as the build reads it: the service's copy of the bytes judged, its cache mounts
     keyed (and its own `.dockerignore`, which BuildKit reads beside the Dockerfile), added to `build_files` as
     `name`; the path the build must use. Always a copy, so that the file built is the file judged: compose and
     BuildKit find a Dockerfile otherwise than Python does (`a/../Dockerfile` cleaned as text, a link resolved inside
-    the Dockerfile's own directory, buildx bake's templates in its path). ConfigError when a cache mount cannot be
-    read."""
+    the Dockerfile's own directory, buildx bake's templates in its path). Read once and judged here
+    (`text_problems`, with the build's `build_args`): a process a build command left running could change the file
+    between two reads. ConfigError with the problems."""
     try:
         data = dockerfile.read_bytes()
     except OSError as exc:
@@ -65,6 +66,8 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError([f"{shown} is not UTF-8"]) from None
+    if problems := text_problems(text, shown, build_args):
+        raise ConfigError(problems)
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:

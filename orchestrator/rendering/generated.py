@@ -19,7 +19,6 @@ from orchestrator.rendering.compose_document import (
     escape,
 )
 from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import dockerfile_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 
@@ -47,8 +46,6 @@ def generated(
 
     build_files: dict[str, str] = {}
     if not injected:
-        if problems := dockerfile_problems(repo_dir / dockerfile, dockerfile):
-            raise ConfigError(problems)
         dockerfile = keyed_dockerfile(repo_dir, repo_dir / dockerfile, "app.Dockerfile", dockerfile, context,
                                       build_files)
     app = host.app_service(config.framework, config, context, ProjectFiles(repo_dir))

@@ -24,7 +24,7 @@ from orchestrator.rendering.compose_document import (
 )
 from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import build_args, dockerfile_problems, text_problems
+from orchestrator.rendering.dockerfile_policy import build_args, text_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.routed_services import declared_routes, unroutable
 
@@ -87,14 +87,11 @@ def repository_owned(
             if not dockerfile.is_file() or not inside(repo_dir, str(dockerfile)):  # never a build it did not read
                 problems.append(f"{shown} ({build.get('dockerfile') or 'Dockerfile'}) is not in the repository")
             else:
-                found = dockerfile_problems(dockerfile, shown, args)
-                problems += found
-                if not found:
-                    try:
-                        build["dockerfile"] = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile",
-                                                               shown, context, build_files)
-                    except ConfigError as exc:
-                        problems += exc.problems
+                try:  # read once, judged and copied: the build reads the bytes judged
+                    build["dockerfile"] = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile", shown,
+                                                           context, build_files, args)
+                except ConfigError as exc:
+                    problems += exc.problems
     if problems:
         raise ConfigError(problems)
     services = compose["services"]
