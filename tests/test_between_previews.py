@@ -439,13 +439,11 @@ def test_a_compose_file_cannot_name_the_built_images(tmp_path: Path, service: di
     "# escape=`\nFROM po-`\nbuild/0123-app\n",
 ])
 def test_a_dockerfile_cannot_name_the_built_images(tmp_path: Path, dockerfile: str) -> None:
-    from orchestrator.rendering.dockerfile_policy import dockerfile_problems
-
     (tmp_path / "Dockerfile").write_text(dockerfile)
-    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == [
+    assert dockerfile_problems(tmp_path / "Dockerfile") == [
         "Dockerfile may not name po-build/ (it holds the images built for previews)"]
     (tmp_path / "Dockerfile").write_text("FROM python:3.12\nCOPY --from=builder /app /app\n")
-    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []
+    assert dockerfile_problems(tmp_path / "Dockerfile") == []
 
 
 def test_a_repository_s_dockerfile_named_as_the_service_s_own_is_checked_as_any_other(tmp_path: Path) -> None:
@@ -503,15 +501,24 @@ def test_an_image_id_cannot_stand_for_another_preview_s_image(tmp_path: Path, fi
     "FROM python:3.12\nRUN --mount=type=bind,from=beef,target=/s cp -r /s /x\n",
 ])
 def test_a_dockerfile_cannot_name_an_image_by_its_id(tmp_path: Path, dockerfile: str) -> None:
-    from orchestrator.rendering.dockerfile_policy import dockerfile_problems
-
     (tmp_path / "Dockerfile").write_text(dockerfile)
-    [problem] = dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile")
+    [problem] = dockerfile_problems(tmp_path / "Dockerfile")
     assert "may not name an image by its id" in problem
     # stages by name or index are not images, unless the name could be an id (hex digits alone: `beef`)
     (tmp_path / "Dockerfile").write_text("FROM golang:1.22 AS builder\nFROM python:3.12\nCOPY --from=builder /a /a\n"
                                          "COPY --from=0 /b /b\nRUN --mount=type=cache,target=/c true\n")
-    assert dockerfile_problems(tmp_path / "Dockerfile", "Dockerfile") == []
+    assert dockerfile_problems(tmp_path / "Dockerfile") == []
+
+
+def dockerfile_problems(path: Path) -> list[str]:
+    """What the service refuses a repository's Dockerfile at `path` for (none: it would build it)."""
+    from orchestrator.rendering.dockerfile_policy import judged_dockerfile
+
+    try:
+        judged_dockerfile(path, "Dockerfile")
+    except ConfigError as exc:
+        return exc.problems
+    return []
 
 
 def test_an_inbox_kept_before_the_newest_event_was_remembered_is_migrated(tmp_path: Path) -> None:

@@ -114,8 +114,11 @@ def test_buildkit_s_own_frontend_may_be_named() -> None:
 
 def test_a_dockerfile_larger_than_the_limit_is_refused_whole(tmp_path: Path) -> None:
     """BuildKit reads all of it: a check of its first MiB alone would let the rest through."""
-    from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, dockerfile_problems
+    from orchestrator.plugin_api.preview_config import ConfigError
+    from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, judged_dockerfile
 
     big = tmp_path / "Dockerfile"
     big.write_text("FROM busybox\n" + "# pad\n" * (MAX_DOCKERFILE_BYTES // 6) + "FROM 3f\n")
-    assert dockerfile_problems(big, "Dockerfile") == ["Dockerfile is larger than 1024 KiB"]
+    with pytest.raises(ConfigError) as refused:
+        judged_dockerfile(big, "Dockerfile")
+    assert refused.value.problems == ["Dockerfile is larger than 1024 KiB"]

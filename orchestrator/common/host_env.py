@@ -19,6 +19,13 @@ from pathlib import Path
 
 DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
                            "DOCKER_CERT_PATH")
+# Read by docker, compose and buildx beside the client configuration, and always set for them: the operator's value,
+# else the clients' own default (empty is "unset" to each of them). compose 2.31 to 2.39.3 copied every variable of a
+# checkout's `.env` into its own environment where one was unset, before it made its Docker client: another engine,
+# builder, API version or env file of the pull request's choosing. COMPOSE_BAKE=false: compose's own builder, not
+# buildx bake, which evaluates `%{ }` templates in what compose hands it (a dockerfile_inline, build args).
+CLIENT_DEFAULTS = {"DOCKER_TLS": "", "DOCKER_API_VERSION": "", "DOCKER_DEFAULT_PLATFORM": "", "DOCKER_BUILDKIT": "1",
+                   "BUILDX_BUILDER": "", "BUILDX_CONFIG": "", "COMPOSE_ENV_FILES": "", "COMPOSE_BAKE": "false"}
 CHILD_MARKER = "PREVIEW_ORCHESTRATOR_CHILD_OF"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -39,10 +46,8 @@ class HostEnv:
 
     def docker(self) -> dict[str, str]:
         env = self._base(self.inherited.get("HOME") or "/root")
-        env.update({name: self.inherited[name] for name in DOCKER_CLIENT_VARIABLES if self.inherited.get(name)})
-        # compose's own builder, not buildx bake, which evaluates `%{ }` templates in what compose hands it (a
-        # pull request's dockerfile_inline, build args); set here, so a checkout's `.env` cannot turn bake on
-        env["COMPOSE_BAKE"] = "false"
+        env.update({name: self.inherited.get(name) or "" for name in DOCKER_CLIENT_VARIABLES})
+        env.update(CLIENT_DEFAULTS)
         return env
 
     def git(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -23,13 +23,14 @@ from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
 from orchestrator.rendering.dockerfile_doubts import unreadable
-from orchestrator.rendering.dockerfile_policy import MAX_DOCKERFILE_BYTES, text_problems
+from orchestrator.rendering.dockerfile_policy import judged_dockerfile, text_problems
 from orchestrator.rendering.dockerfile_text import (
     Unreadable,
     directives_of,
     escape_of,
     instructions,
     joined,
+    keyword_of,
     lines_of,
     readings,
 )
@@ -53,21 +54,10 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
     keyed (and its own `.dockerignore`, which BuildKit reads beside the Dockerfile), added to `build_files` as
     `name`; the path the build must use. Always a copy, so that the file built is the file judged: compose and
     BuildKit find a Dockerfile otherwise than Python does (`a/../Dockerfile` cleaned as text, a link resolved inside
-    the Dockerfile's own directory, buildx bake's templates in its path). Read once and judged here
-    (`text_problems`, with the build's `build_args`): a process a build command left running could change the file
-    between two reads. ConfigError with the problems."""
-    try:
-        data = dockerfile.read_bytes()
-    except OSError as exc:
-        raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
-    if len(data) > MAX_DOCKERFILE_BYTES:
-        raise ConfigError([f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"])
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError([f"{shown} is not UTF-8"]) from None
-    if problems := text_problems(text, shown, build_args):
-        raise ConfigError(problems)
+    the Dockerfile's own directory, buildx bake's templates in its path). Read once and judged
+    (`judged_dockerfile`): a process a build command left running could change the file between two reads.
+    ConfigError with the problems."""
+    text = judged_dockerfile(dockerfile, shown, build_args)
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:
@@ -144,9 +134,9 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
 
 
 def _keywords(text: str) -> list[str] | None:
-    """Each instruction's first word as BuildKit reads the file (heredoc bodies skipped); None when it cannot."""
+    """Each instruction's keyword as BuildKit reads the file (heredoc bodies skipped); None when it cannot."""
     try:
-        return [logical.split(None, 1)[0].upper() for logical in readings(text)[0]]
+        return [keyword_of(logical.split())[0] for logical in readings(text)[0]]
     except Unreadable:
         return None
 

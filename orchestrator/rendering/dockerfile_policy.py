@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.dockerfile_doubts import unreadable
 from orchestrator.rendering.dockerfile_text import (
@@ -46,19 +47,22 @@ MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' value
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
 
 
-def dockerfile_problems(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> list[str]:
-    """A repository's Dockerfile at `path` (`text_problems`); `build_args`: what its build passes (compose's)."""
+def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> str:
+    """A repository's Dockerfile at `path`, read once and judged (`text_problems`, with what its build passes as
+    `build_args`): the text to build from. ConfigError with the problems."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        return [f"{shown} cannot be read ({exc.strerror})"]
+        raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
     if len(data) > MAX_DOCKERFILE_BYTES:  # BuildKit reads all of it: what is judged must be all of it
-        return [f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"]
+        raise ConfigError([f"{shown} is larger than {MAX_DOCKERFILE_BYTES // 1024} KiB"])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:  # BuildKit reads bytes: what is judged must be what it reads
-        return [f"{shown} is not UTF-8"]
-    return text_problems(text, shown, build_args)
+        raise ConfigError([f"{shown} is not UTF-8"]) from None
+    if problems := text_problems(text, shown, build_args):
+        raise ConfigError(problems)
+    return text
 
 
 def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | None = None,
