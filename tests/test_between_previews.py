@@ -468,6 +468,29 @@ def test_a_repository_s_dockerfile_named_as_the_service_s_own_is_checked_as_any_
     assert "id=po-cache-" in "".join(rendered.build_files.values())  # its cache mount keyed as a repository's
 
 
+def test_the_build_s_copies_are_readable_by_the_service_alone(tmp_path: Path) -> None:
+    """`pr-N.build/` holds the repository's Dockerfile with its cache mounts keyed: a build user of another
+    repository (BUILD_COMMANDS_MODE=host) that read the id could name that repository's cache."""
+    import stat
+
+    from orchestrator.rendering.checkout_config import load_checkout_config
+    from orchestrator.rendering.compose_document import build_dir
+    from orchestrator.rendering.compose_file import make_context, render_deployment, write_rendered
+    from orchestrator.rendering.plugin_host import build_plugin_host
+
+    host = build_plugin_host(load_entry_points=False)
+    repo = make_repo(tmp_path / "r", {**config_for("go"), "dockerfile": "Dockerfile"})
+    (repo / "Dockerfile").write_text("FROM golang:1.22\nRUN --mount=type=cache,target=/c true\n")
+    rendered = render_deployment(host, repo, load_checkout_config(host, repo), make_context("acme", "shop", 1, 8001,
+                                                                                            9001, b"k"))
+    write_rendered(repo, rendered)
+    own = build_dir(repo)
+    copies = list(own.iterdir())
+    assert copies and "id=po-cache-" in "".join(path.read_text() for path in copies)
+    assert stat.S_IMODE(own.stat().st_mode) & 0o077 == 0
+    assert all(stat.S_IMODE(path.stat().st_mode) & 0o077 == 0 for path in copies)
+
+
 def test_database_passwords_differ_between_repositories_and_old_previews_keep_theirs() -> None:
     import hashlib
     import hmac

@@ -60,7 +60,7 @@ def test_without_a_plugin_on_disk_docker_compose_is_run(tmp_path: Path, monkeypa
 
 
 def test_a_checkout_s_env_file_sets_nothing_of_docker_s_own(tmp_path: Path) -> None:
-    """compose reads a checkout's `.env`, and compose 2.31 to 2.39.3 also copied it into its own environment wherever
+    """compose reads a checkout's `.env`, and compose 2.6.0 to 2.39.2 also copied it into its own environment wherever
     a variable was unset, before making its Docker client: every variable docker, compose and buildx read is set."""
     from orchestrator.common.host_env import CLIENT_DEFAULTS, DOCKER_CLIENT_VARIABLES
     from orchestrator.runtime.compose_cli import Compose
@@ -84,3 +84,49 @@ def test_a_checkout_s_env_file_sets_nothing_of_docker_s_own(tmp_path: Path) -> N
                                       '      X: "${SECRET:-none}"\n      Y: "${OWN:-none}"\n')
     normalized = Compose(60, HostEnv.for_state_dir(tmp_path)).normalized(repo / "compose.yml", "p")
     assert normalized["services"]["app"]["environment"] == {"X": "none", "Y": "from-the-checkout"}
+
+
+@pytest.mark.docker
+def test_a_checkout_s_env_file_cannot_turn_compose_to_another_project(tmp_path: Path) -> None:
+    """compose copies a `.env`'s COMPOSE_* variables into its environment; when the project then fails to load
+    (COMPOSE_DISABLE_ENV_FILE=x), `down` works on COMPOSE_PROJECT_NAME's project instead of --project-name's:
+    the service names its own project there too, so the `.env` can name no other preview's."""
+    from orchestrator.plugin_api import CommandFailed
+    from orchestrator.runtime.compose_cli import Compose
+    from tests.support.standins import require_engine
+
+    def docker(*argv: str) -> str:  # the suite's engine (DOCKER_HOST), as the runtime reaches it
+        return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=120, check=True).stdout
+
+    require_engine()
+    victim = f"victim-{tmp_path.name[-12:].lower().replace('_', '-')}"
+    (tmp_path / "victim.yml").write_text("services:\n  db:\n    image: po-standin/base:test\n"
+                                         "    command: [sleep, '300']\n")
+    docker("compose", "--project-name", victim, "--file", str(tmp_path / "victim.yml"), "up", "--detach")
+    try:
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        (repo / ".env").write_text(f"COMPOSE_PROJECT_NAME={victim}\nCOMPOSE_DISABLE_ENV_FILE=x\n")
+        (repo / "compose.yml").write_text("services:\n  app:\n    image: po-standin/base:test\n")
+        try:
+            Compose(60, HostEnv.for_state_dir(tmp_path)).down("own-project", repo / "compose.yml", None)
+        except CommandFailed:
+            pass  # compose cannot load the project: nothing of another's may go either
+        assert docker("ps", "--quiet", "--filter", f"label=com.docker.compose.project={victim}").strip()
+    finally:
+        docker("compose", "--project-name", victim, "down", "--timeout", "0")
+
+
+@pytest.mark.parametrize(("version", "passes"), [("2.40.3", True), ("2.39.3", True), ("v2.41.0", True),
+                                                 ("2.39.2", False), ("2.6.0", False), ("3.0.0", False),
+                                                 ("5.0.1", False), ("", False)])
+def test_doctor_wants_a_compose_that_keeps_a_checkout_s_env_file_to_itself(
+        monkeypatch: pytest.MonkeyPatch, version: str, passes: bool) -> None:
+    """Below 2.39.3 compose copied a `.env`'s every variable into its own environment; from 3 on it builds through
+    buildx bake, whatever COMPOSE_BAKE says: doctor, which the service runs at start, stops it on either."""
+    from orchestrator.cli import doctor
+
+    monkeypatch.setattr(doctor, "compose_program", lambda env: ["docker-compose"])
+    monkeypatch.setattr(doctor, "_command", lambda argv, env: (True, version))
+    check = doctor._compose(HostEnv.for_state_dir(Path("/tmp"), {}))
+    assert check.ok is passes and check.hard

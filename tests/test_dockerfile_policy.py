@@ -245,6 +245,9 @@ def test_a_cache_mount_is_keyed_only_where_the_copy_reads_as_the_file(host: Plug
         keyed_cache_mounts(moved, str, "Dockerfile")
     kept = "FROM alpine\nRUN --mount=type=cache,target=/x <<A\napt-get install -y \\\n  curl\nA\nRUN true\n"
     assert "RUN true" in (keyed_cache_mounts(kept, lambda name: "k", "Dockerfile") or "")
+    # a lone escape character as the last line is an instruction of no words: keyed, not an internal error
+    trailing = "FROM alpine\nRUN --mount=type=cache,target=/x true\n\\\n"
+    assert "id=k" in (keyed_cache_mounts(trailing, lambda name: "k", "Dockerfile") or "")
 
 
 def test_a_dockerfile_that_is_a_directory_is_refused(host: PluginHost, tmp_path: Path) -> None:

@@ -408,7 +408,9 @@ def test_host_mode_runs_build_commands_as_a_user_that_can_read_nothing_of_the_se
     probe = (f"id -u > uid.txt; cat {state / 'deployments.json'} > store.txt 2>&1; "
              f"cat {state / 'db-password.key'} > key.txt 2>&1; "
              f"cat /proc/{stack.service.process.pid}/environ > environ.txt 2>&1; "
-             f"ls {other_work} > other.txt 2>&1; ls {other_work}.git > other-git.txt 2>&1; (sleep 351 &) ; true")
+             f"ls {other_work} > other.txt 2>&1; ls {other_work}.git > other-git.txt 2>&1; (sleep 351 &) ; "
+             # a daemon in a session of its own, which the command's process group does not hold
+             "setsid sleep 352 > /dev/null 2>&1 < /dev/null & true")
     repo = make_pr_repo(stack.root / "repos", "python", "host/probe",
                         config=config_for("python", build_commands=[probe]))
     stack.send("opened", 121, repo, repo.sha_a)
@@ -418,7 +420,7 @@ def test_host_mode_runs_build_commands_as_a_user_that_can_read_nothing_of_the_se
     for name in ("store.txt", "key.txt", "environ.txt", "other.txt", "other-git.txt"):
         assert "Permission denied" in (work / name).read_text(), name
     assert work.stat().st_uid == 0 and (work / "uid.txt").stat().st_uid == 0  # handed back to root
-    assert not any("sleep 351" in line for line in _process_lines())
+    assert not any("sleep 351" in line or "sleep 352" in line for line in _process_lines())
     assert_no_leftover_processes(stack)
     stack.close(121, repo, repo.sha_a)
     stack.close(120, other, other.sha_a)

@@ -5,7 +5,9 @@ BUILD_COMMANDS_MODE chooses where (docs/security.md says what each protects):
   the checkout mounted, on Docker's default bridge (package registries reachable; the service, which listens
   on 127.0.0.1, is not), no capabilities to gain, the spec's limits, removed when it ends or times out;
 - `host`: on the host as the unprivileged user BUILD_COMMANDS_USER (default `po-build`), which owns the
-  checkout only while the commands run and cannot read the service's state, secrets or other previews;
+  checkout only while the commands run and cannot read the service's state, secrets or other previews; one
+  preview's commands at a time, and every process of that user is killed when they end (a daemon one started,
+  `setsid` out of its session, would otherwise change the checkout after it is handed back and checked);
 - `off`: a preview-config.yml with build_commands fails with a message saying so.
 Every command runs in its own session; a timeout or a cancelled flow kills the whole process group (and
 removes the container).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -47,6 +50,7 @@ class BuildCommands:
         self._env = env
         self._user = user
         self._resolve_image = resolve_image
+        self._host = threading.Lock()  # BUILD_COMMANDS_MODE=host: one preview's commands at a time (_on_host)
 
     def run_all(self, commands: list[str], work_dir: Path, deployment_id: str, toolchain_image: str,
                 log: DeploymentLog, control: FlowControl) -> None:
@@ -103,19 +107,35 @@ class BuildCommands:
         if account.pw_uid == 0:
             raise BuildCommandError(f"BUILD_COMMANDS_USER {self._user} is root; choose an unprivileged user")
         identity = (account.pw_uid, account.pw_gid)
-        _chown_tree(work_dir, identity, from_uid=0)
+        while not self._host.acquire(timeout=1):  # the user's processes all end with one preview's commands
+            control.check()
         try:
-            for command in commands:
-                try:
-                    run(["sh", "-c", command], cwd=work_dir, env=self._env.commands(work_dir),
-                        timeout=self._timeout, log=log, control=control, user=identity)
-                except CommandFailed as exc:
-                    raise BuildCommandError(f"Build command failed: {command[:200]}", exc.tail()) from None
-                except PermissionError:
-                    raise BuildCommandError(f"BUILD_COMMANDS_MODE=host: user {self._user} cannot enter "
-                                            f"{work_dir}") from None
+            _chown_tree(work_dir, identity, from_uid=0)
+            try:
+                for command in commands:
+                    try:
+                        run(["sh", "-c", command], cwd=work_dir, env=self._env.commands(work_dir),
+                            timeout=self._timeout, log=log, control=control, user=identity)
+                    except CommandFailed as exc:
+                        raise BuildCommandError(f"Build command failed: {command[:200]}", exc.tail()) from None
+                    except PermissionError:
+                        raise BuildCommandError(f"BUILD_COMMANDS_MODE=host: user {self._user} cannot enter "
+                                                f"{work_dir}") from None
+            finally:
+                self._end_processes(identity, work_dir)
+                _chown_tree(work_dir, (0, 0), from_uid=account.pw_uid)
         finally:
-            _chown_tree(work_dir, (0, 0), from_uid=account.pw_uid)
+            self._host.release()
+
+    def _end_processes(self, identity: tuple[int, int], work_dir: Path) -> None:
+        """Every process of the build user killed, before its files are handed back: a command's session is
+        killed with it, but one may have started a daemon in a session of its own. kill(-1) from the user itself
+        reaches all of them at once (the kernel lets none fork past it)."""
+        try:
+            run(["kill", "-KILL", "-1"], cwd=Path("/"), env=self._env.commands(work_dir), timeout=30,
+                log=None, user=identity)
+        except CommandFailed:
+            pass  # procps kill exits 1 for -1 whether or not it found one
 
 
 def _chown_tree(root: Path, owner: tuple[int, int], from_uid: int) -> None:

@@ -8,6 +8,7 @@ wrong or be slow.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -136,10 +137,18 @@ def _docker_engine(env: HostEnv) -> Check:
     return Check("Docker engine reachable", ok, output.splitlines()[-1] if output else "", fix, hard=True)
 
 
+# compose 2.6.0 to 2.39.2 copied every variable of a checkout's `.env` into its own environment (another engine,
+# builder or BuildKit source policy of a pull request's choosing: host_env.CLIENT_DEFAULTS sets those known); 3 and
+# later build with buildx bake whatever COMPOSE_BAKE says
+COMPOSE_VERSIONS = ((2, 39, 3), (3, 0, 0))
+
+
 def _compose(env: HostEnv) -> Check:
     ok, output = _command([*compose_program(env.docker()), "version", "--short"], env.docker())  # as runtimes do
-    return Check("docker compose v2", ok and output[:1] == "2", output,
-                 "install the compose v2 plugin: scripts/prepare-host, or Docker's manual install into "
+    version = tuple(int(part) for part in re.findall(r"\d+", output)[:3])
+    low, high = COMPOSE_VERSIONS
+    return Check("docker compose v2 (2.39.3 or later)", ok and low <= version < high, output,
+                 "install compose v2.39.3 or a later 2.x: scripts/prepare-host, or Docker's manual install into "
                  "~/.docker/cli-plugins", hard=True)
 
 

@@ -20,12 +20,14 @@ from pathlib import Path
 DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
                            "DOCKER_CERT_PATH")
 # Read by docker, compose and buildx beside the client configuration, and always set for them: the operator's value,
-# else the clients' own default (empty is "unset" to each of them). compose 2.31 to 2.39.3 copied every variable of a
+# else the clients' own default (empty is "unset" to each of them). compose 2.6.0 to 2.39.2 copied every variable of a
 # checkout's `.env` into its own environment where one was unset, before it made its Docker client: another engine,
-# builder, API version or env file of the pull request's choosing. COMPOSE_BAKE=false: compose's own builder, not
-# buildx bake, which evaluates `%{ }` templates in what compose hands it (a dockerfile_inline, build args).
+# builder, API version, env file or BuildKit source policy of the pull request's choosing (doctor wants 2.39.3 or
+# later, which copies only COMPOSE_*; the compose runtime sets COMPOSE_PROJECT_NAME). COMPOSE_BAKE=false: compose's
+# own builder, not buildx bake, which evaluates `%{ }` templates in what compose hands it (dockerfile_inline, args).
 CLIENT_DEFAULTS = {"DOCKER_TLS": "", "DOCKER_API_VERSION": "", "DOCKER_DEFAULT_PLATFORM": "", "DOCKER_BUILDKIT": "1",
-                   "BUILDX_BUILDER": "", "BUILDX_CONFIG": "", "COMPOSE_ENV_FILES": "", "COMPOSE_BAKE": "false"}
+                   "BUILDX_BUILDER": "", "BUILDX_CONFIG": "", "EXPERIMENTAL_BUILDKIT_SOURCE_POLICY": "",
+                   "COMPOSE_ENV_FILES": "", "COMPOSE_BAKE": "false"}
 CHILD_MARKER = "PREVIEW_ORCHESTRATOR_CHILD_OF"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -104,9 +104,9 @@ def write_rendered(repo_dir: Path, rendered: RenderedDeployment) -> Path:
     own = build_dir(repo_dir)
     remove_tree(own)  # what an earlier deploy of this work directory wrote
     if rendered.build_files:
-        own.mkdir(mode=0o755)
+        own.mkdir(mode=0o700)  # its keyed cache ids are the repository's: no build user of another may read them
         for name, text in rendered.build_files.items():
-            write_new(own, name, text)
+            write_new(own, name, text, mode=0o600)
     return repo_dir / rendered.compose_file
 
 

@@ -133,10 +133,12 @@ def keyed_cache_mounts(text: str, cache_id: Callable[[str], str], shown: str) ->
     return result
 
 
-def _keywords(text: str) -> list[str] | None:
-    """Each instruction's keyword as BuildKit reads the file (heredoc bodies skipped); None when it cannot."""
+def _keywords(text: str) -> list[tuple[str, str]] | None:
+    """Each instruction's first word and keyword (ONBUILD's instruction's) as BuildKit reads the file (heredoc bodies
+    skipped); None when it cannot."""
     try:
-        return [keyword_of(logical.split())[0] for logical in readings(text)[0]]
+        return [(keyword_of(words[:1])[0], keyword_of(words)[0]) for logical in readings(text)[0]
+                if (words := logical.split())]
     except Unreadable:
         return None
 

@@ -42,9 +42,13 @@ class Compose:
         argv = [*self._program, "--project-name", project]
         if compose_file is not None:
             argv += ["--file", str(compose_file)]
-        # No service variable reaches compose: `${CODEHOST_TOKEN}` in a pull request's compose file is empty.
-        return run_command([*argv, *args], cwd=cwd, env=self._env.docker(), timeout=timeout or self._timeout,
-                           log=log, control=control)
+        # No service variable reaches compose: `${CODEHOST_TOKEN}` in a pull request's compose file is empty. The
+        # project's name is set in its environment too: compose copies a checkout's `.env` COMPOSE_* variables into
+        # its own, and a command on a project it cannot load (`COMPOSE_DISABLE_ENV_FILE=x`) works on
+        # COMPOSE_PROJECT_NAME's project, not --project-name's (`down` would remove another preview)
+        env = {**self._env.docker(), "COMPOSE_PROJECT_NAME": project}
+        return run_command([*argv, *args], cwd=cwd, env=env, timeout=timeout or self._timeout, log=log,
+                           control=control)
 
     def normalized(self, compose_file: Path, project: str) -> dict[str, Any]:
         """The file as compose will run it (`docker compose config`: interpolated in the same clean environment,
