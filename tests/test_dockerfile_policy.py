@@ -58,11 +58,11 @@ def host() -> PluginHost:
     ("FROM po-\\\r\nbuild/0123-app\r\n", {}, BUILT),
     ("FROM ${I#x}\n", {}, PLAIN),
     # quotes and escapes BuildKit's lexer removes
-    ('FROM po-"build"/0123-app\n', {}, PLAIN),
+    ('FROM po-"build"/0123-app\n', {}, BUILT),  # the quotes removed as BuildKit's lexer removes them
     ("FROM po-build''/0123-app\n", {}, PLAIN),
     ("FROM python:3.12\nCOPY --from=po-bu\\ild/0123-app / /\n", {}, FLAG),
-    ('FROM ${X:-po-"build"/0123-app}\n', {}, PLAIN),
-    ('FROM 3f2a"9c1b7d4e"\n', {}, PLAIN),
+    ('FROM ${X:-po-"build"/0123-app}\n', {}, BUILT),
+    ('FROM 3f2a"9c1b7d4e"\n', {}, ID),
     # another frontend, wherever BuildKit looks for one
     ("# syntax=evil/fe x\nFROM b\n", {}, "is not allowed (only BuildKit's own"),
     ("#!x\n# syntax=evil/fe\nFROM b\n", {}, "a first line starting #!"),
@@ -77,7 +77,7 @@ def host() -> PluginHost:
     ("FROM python:3.12\nRUN <<EOF\nFROM 3f2a9c1b7d4e\nEOF\n", {}, ID),  # a builder without heredocs reads it
     ("# foo=bar\n# escape=`\nFROM b\n", {}, "an escape directive"),
     ("# check=skip=all\n# escape=`\nFROM b\n", {}, "an escape directive"),
-    ("  # escape=`\nFROM python:3.12\nCOPY --from=3f2a`\n9c1b / /\n", {}, FLAG),  # its line alone: 3f2a`
+    ("  # escape=`\nFROM python:3.12\nCOPY --from=3f2a`\n9c1b / /\n", {}, ID),  # joined: 3f2a9c1b
     ("\ufeffFROM 3f2a9c1b7d4e\n", {}, ID),
     ("FROM python:3.12\n\ufeffFROM 3f2a\n", {}, "control characters"),
     # what BuildKit adds to a bare name before it looks it up
@@ -155,6 +155,17 @@ def host() -> PluginHost:
      "through TARGETSTAGE"),
     # a mount names a stage by its name only
     ("FROM alpine\nFROM alpine\nRUN --mount=from=1,target=/x true\n", {}, ID),
+    # balanced double quotes are removed as BuildKit's lexer removes them, and what is left is judged
+    ('FROM "3f2a9c1d"\n', {}, ID),
+    ('ARG I=3f2a\nFROM "${I}"9c1d\n', {}, ID),
+    ('FROM "po-build/0123-app"\n', {}, BUILT),
+    # any other quoting is refused as written: an odd quote, a single quote, an escape inside
+    ('FROM "3f2a\n', {}, PLAIN),
+    ("FROM '3f2a'\n", {}, PLAIN),
+    ('FROM "3f\\2a"\n', {}, PLAIN),
+    # a flag that ends a line read alone with the escape character is judged with what the line joins
+    ("FROM alpine\nRUN --mount=type=bind,from=3f2a9c1d,target=/x\\\n  true\n", {}, ID),
+    ('FROM alpine\nRUN --mount=type=bind,from="x",target=/x\\\n  true\n', {}, FLAG),
 ])
 def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(dockerfile: str, args: dict[str, str],
                                                                           problem: str) -> None:
@@ -182,6 +193,10 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "ARG BUILD_FROM=python:3.12\nFROM $BUILD_FROM\nARG BUILDER_IMAGE=golang:1.22\nFROM ${BUILDER_IMAGE} AS b\n",
     # one < beside ${...}: no heredoc however a frontend expands it
     "FROM postgres:16\nARG DB=app\nRUN psql -d ${DB} < /init.sql\nRUN python${PY} -c 'print(1 < 2)'\n",
+    # a base in double quotes (shellcheck's habit: AdGuardHome, the Jenkins images)
+    'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n',
+    # a mount's flag glued to the line's continuation (novu)
+    "FROM node:20\nRUN --mount=type=cache,id=pnpm-store,target=/root/.pnpm-store\\\n  pnpm install\n",
 ])
 def test_what_real_dockerfiles_write_is_allowed(dockerfile: str) -> None:
     assert text_problems(dockerfile, "Dockerfile", {"STAGE": "0"}) == []

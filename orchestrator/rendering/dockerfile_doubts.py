@@ -102,7 +102,9 @@ def _instruction_problem(logical: str, escape: str) -> str | None:
     if keyword not in _FLAGGED_INSTRUCTIONS:  # a continuation line read alone (`  --prefix=/usr \\`) has no flags
         return None
     flags = list(itertools.takewhile(lambda w: w.startswith("--"), rest))
-    for word in flags:
+    for index, word in enumerate(flags):
+        if index == len(rest) - 1 and word.endswith(escape):  # a line read alone that continues (`--mount=…\`):
+            word = word[:-len(escape)]  # BuildKit drops the escape, and the joined readings judge what it joins
         if not _FLAG_WORD.fullmatch(word) or _UNSAFE_IN_FLAG.search(word):
             return (f"a flag with quotes, escapes or characters other than ASCII ({word[:40]}; BuildKit reads flags "
                     "otherwise)")

@@ -45,6 +45,7 @@ MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' value
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
+_OTHER_QUOTING = re.compile(r"['\\`]")
 
 
 def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> str:
@@ -89,7 +90,8 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
 def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
                      allowed: str | None, escape: str, budget: list[int]) -> str | None:
     values = _values(instructions, build_args, escape)
-    for source, excused in _sources(instructions):
+    for written, excused in _sources(instructions):
+        source = _unquoted(written)
         if not _PLAIN_SOURCE.fullmatch(source):
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
                     f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
@@ -106,6 +108,15 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
                 return (f"{shown} may not name an image by its id ({value[:20]}: it names whatever image the host has; "
                         "a stage named with hex digits alone reads as one too, so rename it)")
     return None
+
+
+def _unquoted(source: str) -> str:
+    """A base written with double quotes (`FROM "$BASE"`, `alpine:"${TAG}"`) as BuildKit's lexer leaves it: the
+    quotes removed, when they are balanced and the word has no escape character (either one) and no single quote —
+    then quote removal is all BuildKit does to it. Any other word is judged as written (and refused if quoted)."""
+    if '"' in source and source.count('"') % 2 == 0 and not _OTHER_QUOTING.search(source):
+        return source.replace('"', "")
+    return source
 
 
 def _normalized(reference: str) -> str:
