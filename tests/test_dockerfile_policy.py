@@ -155,6 +155,11 @@ def host() -> PluginHost:
      "through TARGETSTAGE"),
     # a mount names a stage by its name only
     ("FROM alpine\nFROM alpine\nRUN --mount=from=1,target=/x true\n", {}, ID),
+    # a value naming its own variable names the values before it: every one of them judged, however many
+    ("ARG A=3f\nFROM python:3.12\nENV A=${A}2a\nENV A=${A}9c\nCOPY --from=$A / /\n", {}, ID),
+    ("ARG A=3f\nFROM python:3.12\nENV A=${A}2a\nENV A=${A}2a\nCOPY --from=$A / /\n", {}, ID),  # 3f2a2a
+    ("ARG A=3f\nFROM python:3.12\nENV A=$A\nENV B=${A}2a\nCOPY --from=$B / /\n", {}, ID),
+    ("".join(f"ARG A{i}=${{A{i - 1}}}\n" for i in range(1, 80)) + "FROM $A79\n", {}, "a chain of more than"),
     # balanced double quotes are removed as BuildKit's lexer removes them, and what is left is judged
     ('FROM "3f2a9c1d"\n', {}, ID),
     ('ARG I=3f2a\nFROM "${I}"9c1d\n', {}, ID),
@@ -193,6 +198,10 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "ARG BUILD_FROM=python:3.12\nFROM $BUILD_FROM\nARG BUILDER_IMAGE=golang:1.22\nFROM ${BUILDER_IMAGE} AS b\n",
     # one < beside ${...}: no heredoc however a frontend expands it
     "FROM postgres:16\nARG DB=app\nRUN psql -d ${DB} < /init.sql\nRUN python${PY} -c 'print(1 < 2)'\n",
+    # a variable given its own value again (denoland/deno_docker: the budget ran out on it)
+    "ARG DENO_VERSION=2.1.4\nARG BIN_IMAGE=denoland/deno:bin-${DENO_VERSION}\nFROM ${BIN_IMAGE} AS bin\n"
+    "FROM alpine:3.20\nARG DENO_VERSION\nENV DENO_VERSION=${DENO_VERSION}\nENV PATH=/deno/bin:$PATH\n"
+    "COPY --from=bin /deno /bin/deno\n",
     # a base in double quotes (shellcheck's habit: AdGuardHome, the Jenkins images)
     'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n',
     # a mount's flag glued to the line's continuation (novu)
@@ -276,6 +285,40 @@ def test_a_dockerfile_that_is_a_directory_is_refused(host: PluginHost, tmp_path:
                           normalize=lambda path, project: yaml.safe_load(path.read_text()))
     assert any("(Dockerfile) is not a regular file" in problem for problem in refused.value.problems), \
         refused.value.problems
+
+
+def test_the_platform_s_arguments_are_judged_with_the_engine_s_own_platforms(host: PluginHost, tmp_path: Path) -> None:
+    """`FROM build-${TARGETARCH}` (Docker's multi-platform pattern: containerd, the docker CLI, vaultwarden) is judged
+    with every value a native Linux engine gives it, where the compose file chooses no platform; a compose file's
+    `platform` or `platforms` chooses the values, and then the file is refused as before."""
+    from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM
+
+    multi = ("FROM --platform=$BUILDPLATFORM golang:1.22 AS build\nFROM alpine AS binary-linux\n"
+             "FROM scratch AS build_amd64\nFROM binary-$TARGETOS AS binary\nFROM build_${TARGETARCH}${TARGETVARIANT}\n")
+    assert text_problems(multi, "Dockerfile", platform=NATIVE_PLATFORM) == []
+    [problem] = text_problems(multi, "Dockerfile")
+    assert "through TARGETOS" in problem
+    # each value is judged: 386 is hex digits, an image's id; the file's own default for one is judged too
+    [problem] = text_problems("FROM ${TARGETARCH}\n", "Dockerfile", platform=NATIVE_PLATFORM)
+    assert ID in problem and "386" in problem
+    [problem] = text_problems("ARG TARGETVARIANT=3f2a9c\nFROM ${TARGETVARIANT}\n", "Dockerfile",
+                              platform=NATIVE_PLATFORM)
+    assert ID in problem and "3f2a9c" in problem
+    repo = make_repo(tmp_path / "r", config_for("go"), files={"Dockerfile": "FROM alpine AS build-amd64\n"
+                                                             "FROM build-${TARGETARCH}\n"})
+    context = make_context("acme", "shop", 1, 8001, 9001, b"k")
+
+    def render_with(service: dict) -> None:
+        compose = {"services": {"app": {"build": {"context": str(repo)}, **service}}}
+        (repo / "compose.preview.yml").write_text(yaml.safe_dump(compose))
+        render_deployment(host, repo, load_checkout_config(host, repo), context,
+                          normalize=lambda path, project: yaml.safe_load(path.read_text()))
+
+    render_with({})
+    for chosen in ({"platform": "linux/3f2a9c1d"}, {"build": {"context": str(repo), "platforms": ["linux/arm64"]}}):
+        with pytest.raises(ConfigError) as refused:
+            render_with(chosen)
+        assert any("through TARGETARCH" in problem for problem in refused.value.problems), refused.value.problems
 
 
 def test_the_build_reads_the_bytes_judged_wherever_compose_would_look(host: PluginHost, tmp_path: Path) -> None:

@@ -49,15 +49,17 @@ class CacheMountRefused(Exception):
 
 
 def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, context: RenderContext,
-                     build_files: dict[str, str], build_args: Mapping[str, str | None] | None = None) -> str:
+                     build_files: dict[str, str], build_args: Mapping[str, str | None] | None = None,
+                     platform: Mapping[str, frozenset[str]] | None = None) -> str:
     """The repository's `dockerfile` as the build reads it: the service's copy of the bytes judged, its cache mounts
     keyed (and its own `.dockerignore`, which BuildKit reads beside the Dockerfile), added to `build_files` as
     `name`; the path the build must use. Always a copy, so that the file built is the file judged: compose and
     BuildKit find a Dockerfile otherwise than Python does (`a/../Dockerfile` cleaned as text, a link resolved inside
     the Dockerfile's own directory, buildx bake's templates in its path). Read once and judged
-    (`judged_dockerfile`): a process a build command left running could change the file between two reads.
+    (`judged_dockerfile`, with `build_args` and `platform`): a process a build command left running could change the
+    file between two reads.
     ConfigError with the problems."""
-    text = judged_dockerfile(dockerfile, shown, build_args)
+    text = judged_dockerfile(dockerfile, shown, build_args, platform)
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:

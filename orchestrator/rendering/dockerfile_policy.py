@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -41,16 +42,32 @@ _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_]\w*)(?:(:?[-+])([^{}$]*))?\}|([A-Za-z_
 # like (TARGET or BUILD and capitals: a file's `# syntax=` may name a frontend with more), BUILDKIT_*, and
 # SOURCE_DATE_EPOCH (dockerfile 1.24 puts a timestamp, digits, for a stage named in it). `BUILD_FROM` is a file's own.
 _BUILTIN_ARG = re.compile(r"(?:TARGET|BUILD)[A-Z]*|BUILDKIT_\w*|SOURCE_DATE_EPOCH")
+# The platform arguments' values when the build's platform is the engine's own (a compose file that sets none:
+# DOCKER_DEFAULT_PLATFORM is set empty for compose, common/host_env.py): every Linux platform Docker runs on natively.
+# A file's `FROM build-${TARGETARCH}` is judged with each; where the compose file chooses the platform they are
+# refused as BuildKit's other arguments are.
+_ARCHES = ("amd64", "arm64", "arm", "386", "ppc64le", "s390x", "riscv64", "mips64le", "mips64", "loong64")
+_VARIANTS = ("v2", "v3", "v4", "v5", "v6", "v7", "v8")
+_PLATFORMS = frozenset(f"linux/{arch}{suffix}" for arch in _ARCHES for suffix in ("", *(f"/{v}" for v in _VARIANTS)))
+NATIVE_PLATFORM: Mapping[str, frozenset[str]] = {
+    **{f"{side}OS": frozenset({"linux"}) for side in ("TARGET", "BUILD")},
+    **{f"{side}ARCH": frozenset(_ARCHES) for side in ("TARGET", "BUILD")},
+    **{f"{side}VARIANT": frozenset(("", *_VARIANTS)) for side in ("TARGET", "BUILD")},
+    **{f"{side}PLATFORM": _PLATFORMS for side in ("TARGET", "BUILD")},
+}
 MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' values judged; more is refused
+MAX_CHAIN = 64  # values naming values, in one chain: more is refused (each is a Python call)
+Values = dict[str, Counter[str]]  # a variable's possible values, each with how many times the file gives it
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
 # lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
 _OTHER_QUOTING = re.compile(r"['\\`]")
 
 
-def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None) -> str:
+def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None,
+                      platform: Mapping[str, frozenset[str]] | None = None) -> str:
     """A repository's Dockerfile at `path`, read once and judged (`text_problems`, with what its build passes as
-    `build_args`): the text to build from. ConfigError with the problems."""
+    `build_args`, and `platform`): the text to build from. ConfigError with the problems."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -61,18 +78,19 @@ def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | Non
         text = data.decode("utf-8")
     except UnicodeDecodeError:  # BuildKit reads bytes: what is judged must be what it reads
         raise ConfigError([f"{shown} is not UTF-8"]) from None
-    if problems := text_problems(text, shown, build_args):
+    if problems := text_problems(text, shown, build_args, platform=platform):
         raise ConfigError(problems)
     return text
 
 
 def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | None = None,
-                  allowed: str | None = None) -> list[str]:
+                  allowed: str | None = None, platform: Mapping[str, frozenset[str]] | None = None) -> list[str]:
     """A Dockerfile may not name the service's namespace of built images or an image id as a base (FROM) or a
     source (`COPY --from`, `RUN --mount=from=`), written out or through a variable (an ARG's or ENV's value, a
     build argument): another preview's image would be its base or source. `allowed`: the one po-build/ image it may
-    name (a pull request's injected Dockerfile starts from its base preview's kept dependencies). A file BuildKit
-    could read otherwise than dockerfile_text.py does is refused with the reason (dockerfile_doubts.py)."""
+    name (a pull request's injected Dockerfile starts from its base preview's kept dependencies). `platform`: the
+    values of the platform's arguments (NATIVE_PLATFORM where the compose file chooses none; None: refused). A file
+    BuildKit could read otherwise than dockerfile_text.py does is refused with the reason (dockerfile_doubts.py)."""
     if (reason := unreadable(text)) is not None:
         return [f"{shown}: {reason}"]
     looked_at = text.replace(allowed, "") if allowed else text
@@ -82,13 +100,14 @@ def text_problems(text: str, shown: str, build_args: Mapping[str, str | None] | 
     budget = [MAX_EXPANSIONS]  # for the whole file: many sources of few values each add up too
     for reading in readings(text):
         if problem := _reading_problem([words for logical in reading if (words := logical.split())], shown,
-                                       build_args or {}, allowed, escape, budget):
+                                       build_args or {}, allowed, escape, budget, platform or {}):
             return [problem]
     return []
 
 
 def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapping[str, str | None],
-                     allowed: str | None, escape: str, budget: list[int]) -> str | None:
+                     allowed: str | None, escape: str, budget: list[int],
+                     platform: Mapping[str, frozenset[str]]) -> str | None:
     values = _values(instructions, build_args, escape)
     for written, excused in _sources(instructions):
         source = _unquoted(written)
@@ -96,7 +115,7 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
             return (f"{shown}: an image may be named only with a reference's characters and $NAME, ${{NAME}} or "
                     f"${{NAME:-default}} ({source[:60]}: BuildKit would remove quotes and escapes the policy does not)")
         try:
-            expanded = _expansions(source, values, budget)
+            expanded = _expansions(source, values, budget, platform)
         except ValueError as exc:
             return f"{shown}: {exc}"
         for value in expanded:
@@ -183,11 +202,11 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
                         yield item.strip(), set()
 
 
-def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> dict[str, set[str]]:
-    """Each variable's possible values: every ARG default and ENV value the file gives it (its words split and
-    unquoted with the file's escape character, as BuildKit does), the build argument, and unset. Over-approximated
-    on purpose (any stage's, any order): a value judged needlessly costs nothing."""
-    values: dict[str, set[str]] = {}
+def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> Values:
+    """Each variable's possible values, each with how many times the file gives it: every ARG default and ENV value
+    (its words split and unquoted with the file's escape character, as BuildKit does), the build argument, and unset.
+    Over-approximated on purpose (any stage's, any order): a value judged needlessly costs nothing."""
+    values: Values = {}
     for keyword, rest in map(keyword_of, instructions):
         if keyword not in ("ARG", "ENV"):
             continue
@@ -196,49 +215,65 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
             pairs = [f"{pairs[0]}={' '.join(pairs[1:])}"]
         for pair in pairs:
             name, _, value = pair.partition("=")
-            values.setdefault(name, {""}).add(value)
+            values.setdefault(name, Counter({"": 1}))[value] += 1
     for name, value in build_args.items():
-        values.setdefault(str(name), {""}).add("" if value is None else str(value))
+        values.setdefault(str(name), Counter({"": 1}))["" if value is None else str(value)] += 1
     return values
 
 
-def _expansions(source: str, values: dict[str, set[str]], budget: list[int]) -> set[str]:
+def _expansions(source: str, values: Values, budget: list[int],
+                platform: Mapping[str, frozenset[str]] | None = None) -> set[str]:
     """`source` with its variables replaced by each combination of their possible values (a value naming another
     variable expanded in turn). ValueError for a form this cannot read, for BuildKit's own arguments (_BUILTIN_ARG:
     it sets them, TARGETSTAGE to a stage's name) met at any depth, or for more work than `budget` holds
     (shared by the file's sources, counted in combinations and in characters)."""
+    return _expanded(source, source, values, budget, Counter(), platform or {})
+
+
+def _expanded(text: str, source: str, values: Values, budget: list[int], used: Counter[tuple[str, str]],
+              platform: Mapping[str, frozenset[str]]) -> set[str]:
+    """`_expansions` of `text`, within a value of `source`'s chain. A value is expanded at the instruction that gives
+    it, from the values before it: so in one chain of values naming values, each is met at most as often as the file
+    gives it (`used`), which ends a self-reference (`ENV V=${V}`, `ENV PATH=/x:$PATH`) where endless expansion had
+    spent the budget."""
+    found = list(_VARIABLE.finditer(text))
+    if not found:
+        if "$" in text:
+            raise ValueError(f"a variable the service cannot read names an image ({source[:60]}; write $NAME, "
+                             "${NAME} or ${NAME:-default})")
+        return {text}
+    if sum(used.values()) >= MAX_CHAIN:
+        raise ValueError(f"an image named through a chain of more than {MAX_CHAIN} variables ({source[:60]})")
+    choices = []
+    for match in found:
+        name = match[1] or match[4]
+        operator, word = match[2], match[3] or ""
+        possible: set[str] = set()
+        if name in platform:  # BuildKit's value, and the file's own too (a default may stand in for it)
+            possible |= platform[name]
+        elif _BUILTIN_ARG.fullmatch(name.upper()):
+            raise ValueError(f"an image named through {name} is not allowed (BuildKit gives its own value to "
+                             "TARGETSTAGE, a stage's name, and the like; to TARGETARCH and the platform's others "
+                             "where the compose file chooses the platform)")
+        for value, given in values.get(name, Counter({"": 1})).items():
+            if "$" not in value:
+                possible.add(value)
+            elif used[name, value] < given:
+                possible |= _expanded(value, source, values, budget, used + Counter({(name, value): 1}), platform)
+        if operator and operator.endswith("-"):
+            possible.add(word)
+        elif operator:  # `+`: the word when set, else nothing
+            possible = {word, ""}
+        choices.append(sorted(possible))
     done: set[str] = set()
-    pending = [source]
-    while pending:
-        current = pending.pop()
-        found = list(_VARIABLE.finditer(current))
-        if not found:
-            if "$" in current:
-                raise ValueError(f"a variable the service cannot read names an image ({source[:60]}; write $NAME, "
-                                 "${NAME} or ${NAME:-default})")
-            done.add(current)
-            continue
-        choices = []
-        for match in found:
-            name = match[1] or match[4]
-            if _BUILTIN_ARG.fullmatch(name.upper()):
-                raise ValueError(f"an image named through {name} is not allowed (BuildKit gives its own value to "
-                                 "TARGETPLATFORM, BUILDOS and the like: TARGETSTAGE is a stage's name)")
-            operator, word = match[2], match[3] or ""
-            possible = values.get(name, {""})
-            if operator and operator.endswith("-"):
-                possible = possible | {word}
-            elif operator:  # `+`: the word when set, else nothing
-                possible = {word, ""}
-            choices.append(sorted(possible))
-        for combination in itertools.product(*choices):
-            parts, position = [], 0
-            for match, value in zip(found, combination, strict=True):
-                parts += [current[position:match.start()], value]
-                position = match.end()
-            result = "".join([*parts, current[position:]])
-            budget[0] -= 1 + len(result) // 1024
-            if budget[0] < 0:
-                raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
-            pending.append(result)
+    for combination in itertools.product(*choices):
+        parts, position = [], 0
+        for match, value in zip(found, combination, strict=True):
+            parts += [text[position:match.start()], value]
+            position = match.end()
+        result = "".join([*parts, text[position:]])
+        budget[0] -= 1 + len(result) // 1024
+        if budget[0] < 0:
+            raise ValueError(f"an image named through variables with too many values to judge ({source[:60]})")
+        done.add(result)
     return done

@@ -19,6 +19,7 @@ from orchestrator.rendering.compose_document import (
     escape,
 )
 from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_dockerfile
+from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 
@@ -47,7 +48,7 @@ def generated(
     build_files: dict[str, str] = {}
     if not injected:
         dockerfile = keyed_dockerfile(repo_dir, repo_dir / dockerfile, "app.Dockerfile", dockerfile, context,
-                                      build_files)
+                                      build_files, platform=NATIVE_PLATFORM)  # the generated compose sets none
     app = host.app_service(config.framework, config, context, ProjectFiles(repo_dir))
     database = host.database(config.database, context)
     extras = [host.extra_service(name, context) for name in config.extra_services]

@@ -24,7 +24,7 @@ from orchestrator.rendering.compose_document import (
 )
 from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import build_args, text_problems
+from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM, build_args, text_problems
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.routed_services import declared_routes, unroutable
 
@@ -64,8 +64,12 @@ def repository_owned(
                             "build with, would evaluate it as a template)")
             continue
         args = build_args(build.get("args")) if isinstance(build, dict) else {}
+        # the engine's own platform, unless the file chooses one (then TARGETARCH and the like are its choice)
+        chosen = isinstance(service, dict) and service.get("platform") or isinstance(build, dict) and build.get(
+            "platforms")
+        platform = None if chosen else NATIVE_PLATFORM
         if isinstance(build, dict) and build.get("dockerfile_inline"):
-            if found := text_problems(str(build["dockerfile_inline"]), shown, args):
+            if found := text_problems(str(build["dockerfile_inline"]), shown, args, platform=platform):
                 problems += found
                 continue
             try:  # its cache mounts are the repository's own too
@@ -89,7 +93,7 @@ def repository_owned(
             else:
                 try:  # read once, judged and copied: the build reads the bytes judged
                     build["dockerfile"] = keyed_dockerfile(repo_dir, dockerfile, f"{service_name}.Dockerfile", shown,
-                                                           context, build_files, args)
+                                                           context, build_files, args, platform)
                 except ConfigError as exc:
                     problems += exc.problems
     if problems:
