@@ -61,7 +61,7 @@ def host() -> PluginHost:
     ('FROM po-"build"/0123-app\n', {}, BUILT),  # the quotes removed as BuildKit's lexer removes them
     ("FROM po-build''/0123-app\n", {}, PLAIN),
     ("FROM python:3.12\nCOPY --from=po-bu\\ild/0123-app / /\n", {}, FLAG),
-    ('FROM ${X:-po-"build"/0123-app}\n', {}, BUILT),
+    ('FROM ${X:-po-"build"/0123-app}\n', {}, PLAIN),  # a quote inside a variable's form
     ('FROM 3f2a"9c1b7d4e"\n', {}, ID),
     # another frontend, wherever BuildKit looks for one
     ("# syntax=evil/fe x\nFROM b\n", {}, "is not allowed (only BuildKit's own"),
@@ -164,6 +164,15 @@ def host() -> PluginHost:
     ('FROM "3f2a9c1d"\n', {}, ID),
     ('ARG I=3f2a\nFROM "${I}"9c1d\n', {}, ID),
     ('FROM "po-build/0123-app"\n', {}, BUILT),
+    # BuildKit reads a word's variables and quotes in one pass: a quote ends a name, so their removal may not join
+    # text to one (`$P"d/…"` is $P then d/…, not $Pd), in a base as in an ARG's value
+    ('ARG P=po-buil\nFROM $P"d/0123abcd-app"\n', {}, PLAIN),
+    ('ARG P=po-buil\nFROM "$P"d/0123abcd-app\n', {}, PLAIN),
+    ('ARG X=po-buil\nFROM ${X:-a"}"b}d/0123abcd-app\n', {}, PLAIN),
+    ('ARG H=3f2a\nFROM $H"b9"\n', {}, PLAIN),
+    ('ARG P=po-buil\nARG Y=$P"d/0123abcd-app"\nFROM $Y\n', {}, "characters of no reference"),
+    ('ARG P=po-buil\nARG Y=$P\\d/0123abcd-app\nFROM $Y\n', {}, "characters of no reference"),
+    ("ARG P=po-buil\nARG Y=$P'd/0123abcd-app'\nFROM $Y\n", {}, "characters of no reference"),
     # any other quoting is refused as written: an odd quote, a single quote, an escape inside
     ('FROM "3f2a\n', {}, PLAIN),
     ("FROM '3f2a'\n", {}, PLAIN),
@@ -203,7 +212,8 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     "FROM alpine:3.20\nARG DENO_VERSION\nENV DENO_VERSION=${DENO_VERSION}\nENV PATH=/deno/bin:$PATH\n"
     "COPY --from=bin /deno /bin/deno\n",
     # a base in double quotes (shellcheck's habit: AdGuardHome, the Jenkins images)
-    'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n',
+    'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n'
+    'ARG IMAGE="$BASE_IMAGE"\nFROM $IMAGE\n',
     # a mount's flag glued to the line's continuation (novu)
     "FROM node:20\nRUN --mount=type=cache,id=pnpm-store,target=/root/.pnpm-store\\\n  pnpm install\n",
 ])

@@ -110,6 +110,7 @@ class BuildCommands:
         while not self._host.acquire(timeout=1):  # the user's processes all end with one preview's commands
             control.check()
         try:
+            self._end_processes(identity, work_dir)  # none of the user's may reach this checkout once it is theirs
             _chown_tree(work_dir, identity, from_uid=0)
             try:
                 for command in commands:

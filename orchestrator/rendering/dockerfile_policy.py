@@ -59,7 +59,8 @@ MAX_EXPANSIONS = 1024  # the combinations (and KiB) of the file's sources' value
 MAX_CHAIN = 64  # values naming values, in one chain: more is refused (each is a Python call)
 Values = dict[str, Counter[str]]  # a variable's possible values, each with how many times the file gives it
 # What a base or a source may be written with: a reference's characters and the variable forms above. BuildKit's
-# lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, not unquoted here.
+# lexer removes quotes and escapes (`po-"build"/…`, `po-b\\uild/…`): a name written so is refused, unless its only
+# quoting is balanced double quotes (`_unquoted`, which removes them as the lexer does).
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
 _OTHER_QUOTING = re.compile(r"['\\`]")
 
@@ -129,13 +130,19 @@ def _reading_problem(instructions: list[list[str]], shown: str, build_args: Mapp
     return None
 
 
-def _unquoted(source: str) -> str:
-    """A base written with double quotes (`FROM "$BASE"`, `alpine:"${TAG}"`) as BuildKit's lexer leaves it: the
-    quotes removed, when they are balanced and the word has no escape character (either one) and no single quote —
-    then quote removal is all BuildKit does to it. Any other word is judged as written (and refused if quoted)."""
-    if '"' in source and source.count('"') % 2 == 0 and not _OTHER_QUOTING.search(source):
-        return source.replace('"', "")
-    return source
+def _unquoted(word: str) -> str:
+    """A word written with double quotes (`FROM "$BASE"`, `alpine:"${TAG}"`, `ARG B="$A"`) as BuildKit's lexer
+    leaves it: the quotes removed, when they are balanced, the word has no escape character (either one) and no
+    single quote, and they sit between its variables, never in one nor ending one's name — BuildKit reads a word's
+    variables and its quotes in one pass, so `$P"d/x"` is $P then d/x, which the quotes' removal would join into
+    $Pd. Any other word is left as written: its quotes then refuse it wherever it names an image."""
+    if '"' not in word or word.count('"') % 2 or _OTHER_QUOTING.search(word):
+        return word
+    plain = word.replace('"', "")
+    written = [match[0] for match in _VARIABLE.finditer(word)]
+    if any('"' in variable for variable in written) or written != [match[0] for match in _VARIABLE.finditer(plain)]:
+        return word
+    return plain
 
 
 def _normalized(reference: str) -> str:
@@ -204,17 +211,20 @@ def _sources(instructions: list[list[str]]) -> Iterable[tuple[str, set[str]]]:
 
 def _values(instructions: list[list[str]], build_args: Mapping[str, str | None], escape: str) -> Values:
     """Each variable's possible values, each with how many times the file gives it: every ARG default and ENV value
-    (its words split and unquoted with the file's escape character, as BuildKit does), the build argument, and unset.
+    (its words split and unquoted with the file's escape character, as BuildKit does; one with a variable as
+    written, quotes removed only where `_unquoted` can), the build argument, and unset.
     Over-approximated on purpose (any stage's, any order): a value judged needlessly costs nothing."""
     values: Values = {}
     for keyword, rest in map(keyword_of, instructions):
         if keyword not in ("ARG", "ENV"):
             continue
-        pairs = shell_words(" ".join(rest), escape, keep_quotes=False)
+        pairs, written = (shell_words(" ".join(rest), escape, keep_quotes=keep) for keep in (False, True))
         if keyword == "ENV" and pairs and "=" not in pairs[0]:  # the old form: `ENV NAME the value`
-            pairs = [f"{pairs[0]}={' '.join(pairs[1:])}"]
-        for pair in pairs:
+            pairs, written = ([f"{words[0]}={' '.join(words[1:])}"] for words in (pairs, written))
+        for pair, as_written in zip(pairs, written, strict=True):
             name, _, value = pair.partition("=")
+            if "$" in value:  # its variables as BuildKit reads them: in the value as written (`_unquoted`)
+                value = _unquoted(as_written.partition("=")[2])
             values.setdefault(name, Counter({"": 1}))[value] += 1
     for name, value in build_args.items():
         values.setdefault(str(name), Counter({"": 1}))["" if value is None else str(value)] += 1
