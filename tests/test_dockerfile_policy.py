@@ -173,6 +173,12 @@ def host() -> PluginHost:
     ('ARG P=po-buil\nARG Y=$P"d/0123abcd-app"\nFROM $Y\n', {}, "characters of no reference"),
     ('ARG P=po-buil\nARG Y=$P\\d/0123abcd-app\nFROM $Y\n', {}, "characters of no reference"),
     ("ARG P=po-buil\nARG Y=$P'd/0123abcd-app'\nFROM $Y\n", {}, "characters of no reference"),
+    # every instruction's flags are read as BuildKit's flag reader would: ARG ignores its own, which hid the ARG
+    ("ARG --x='\\'' P=0123abcd\nFROM $P\n", {}, FLAG),  # its reader lets the escape work in single quotes
+    ("ARG --x\u00e0P=0123abcd\nFROM $P\n", {}, FLAG),  # and reads bytes: \xa0 of \u00e0 is a space to it
+    ('# escape=`\nARG --x=\\" P=0123abcd\nFROM $P\n', {}, FLAG),  # dockerfile 1.4's escape there is always \\
+    ("ARG -- P=0123abcd\nFROM $P\n", {}, ID),  # a bare -- ends the flags
+    ("ARG --x=1 P=0123abcd\nFROM $P\n", {}, ID),
     # any other quoting is refused as written: an odd quote, a single quote, an escape inside
     ('FROM "3f2a\n', {}, PLAIN),
     ("FROM '3f2a'\n", {}, PLAIN),
@@ -214,6 +220,7 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     # a base in double quotes (shellcheck's habit: AdGuardHome, the Jenkins images)
     'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n'
     'ARG IMAGE="$BASE_IMAGE"\nFROM $IMAGE\n',
+    "FROM alpine\nHEALTHCHECK --interval=30s --timeout=3s --start-period=5s CMD wget -qO- localhost || exit 1\n",
     # a mount's flag glued to the line's continuation (novu)
     "FROM node:20\nRUN --mount=type=cache,id=pnpm-store,target=/root/.pnpm-store\\\n  pnpm install\n",
 ])

@@ -218,6 +218,7 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
     for keyword, rest in map(keyword_of, instructions):
         if keyword not in ("ARG", "ENV"):
             continue
+        rest = rest[_flag_count(rest):]  # BuildKit takes them off (ARG ignores them; dockerfile_doubts reads them)
         pairs, written = (shell_words(" ".join(rest), escape, keep_quotes=keep) for keep in (False, True))
         if keyword == "ENV" and pairs and "=" not in pairs[0]:  # the old form: `ENV NAME the value`
             pairs, written = ([f"{words[0]}={' '.join(words[1:])}"] for words in (pairs, written))
@@ -229,6 +230,17 @@ def _values(instructions: list[list[str]], build_args: Mapping[str, str | None],
     for name, value in build_args.items():
         values.setdefault(str(name), Counter({"": 1}))["" if value is None else str(value)] += 1
     return values
+
+
+def _flag_count(words: list[str]) -> int:
+    """How many of `words` BuildKit takes off an instruction as its flags: those starting `--`, up to and with a bare
+    `--`, which ends them."""
+    for index, word in enumerate(words):
+        if word == "--":
+            return index + 1
+        if not word.startswith("--"):
+            return index
+    return len(words)
 
 
 def _expansions(source: str, values: Values, budget: list[int],
