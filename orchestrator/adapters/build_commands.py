@@ -129,9 +129,9 @@ class BuildCommands:
             self._host.release()
 
     def _end_processes(self, identity: tuple[int, int], work_dir: Path) -> None:
-        """Every process of the build user killed, before its files are handed back: a command's session is
-        killed with it, but one may have started a daemon in a session of its own. kill(-1) from the user itself
-        reaches all of them at once (the kernel lets none fork past it)."""
+        """Every process of the build user killed, before a checkout is handed to it and before it is handed back:
+        a command's session is killed with it, but one may have started a daemon in a session of its own. kill(-1)
+        from the user itself reaches all of them at once (the kernel lets none fork past it)."""
         try:
             run(["kill", "-KILL", "-1"], cwd=Path("/"), env=self._env.commands(work_dir), timeout=30,
                 log=None, user=identity)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
                            "DOCKER_CERT_PATH")
-# Read by docker, compose and buildx beside the client configuration, and always set for them: the operator's value,
-# else the clients' own default (empty is "unset" to each of them). compose 2.6.0 to 2.39.2 copied every variable of a
+# Read by docker, compose and buildx beside the client configuration, and always set for them, to these values
+# whatever the service's own environment says (the client variables above: the operator's value, else empty, which is
+# "unset" to each client). compose 2.6.0 to 2.39.2 copied every variable of a
 # checkout's `.env` into its own environment where one was unset, before it made its Docker client: another engine,
 # builder, API version, env file or BuildKit source policy of the pull request's choosing (doctor wants 2.39.3 or
 # later, which copies only COMPOSE_*; the compose runtime sets COMPOSE_PROJECT_NAME). COMPOSE_BAKE=false: compose's
