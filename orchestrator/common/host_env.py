@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY",
-                           "DOCKER_CERT_PATH")
+DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS", "DOCKER_TLS_VERIFY",
+                           "DOCKER_CERT_PATH", "DOCKER_API_VERSION")
 # Read by docker, compose and buildx beside the client configuration, and always set for them, to these values
 # whatever the service's own environment says (the client variables above: the operator's value, else empty, which is
 # "unset" to each client). compose 2.6.0 to 2.39.2 copied every variable of a
@@ -26,7 +26,9 @@ DOCKER_CLIENT_VARIABLES = ("DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "DO
 # builder, API version, env file or BuildKit source policy of the pull request's choosing (doctor wants 2.39.3 or
 # later, which copies only COMPOSE_*; the compose runtime sets COMPOSE_PROJECT_NAME). COMPOSE_BAKE=false: compose's
 # own builder, not buildx bake, which evaluates `%{ }` templates in what compose hands it (dockerfile_inline, args).
-CLIENT_DEFAULTS = {"DOCKER_TLS": "", "DOCKER_API_VERSION": "", "DOCKER_DEFAULT_PLATFORM": "", "DOCKER_BUILDKIT": "1",
+# DOCKER_DEFAULT_PLATFORM empty: builds for the engine's own platform, with which the Dockerfile policy judges
+# TARGETARCH and the like (rendering/dockerfile_policy.py NATIVE_PLATFORM).
+CLIENT_DEFAULTS = {"DOCKER_DEFAULT_PLATFORM": "", "DOCKER_BUILDKIT": "1",
                    "BUILDX_BUILDER": "", "BUILDX_CONFIG": "", "EXPERIMENTAL_BUILDKIT_SOURCE_POLICY": "",
                    "COMPOSE_ENV_FILES": "", "COMPOSE_BAKE": "false"}
 CHILD_MARKER = "PREVIEW_ORCHESTRATOR_CHILD_OF"
