@@ -178,6 +178,7 @@ def host() -> PluginHost:
     ("ARG --x\u00e0P=0123abcd\nFROM $P\n", {}, FLAG),  # and reads bytes: \xa0 of \u00e0 is a space to it
     ('# escape=`\nARG --x=\\" P=0123abcd\nFROM $P\n', {}, FLAG),  # dockerfile 1.4's escape there is always \\
     ("ARG -- P=0123abcd\nFROM $P\n", {}, ID),  # a bare -- ends the flags
+    ("ARG --x=1 \\\n --y='\\'' P=0123abcd\nFROM $P\n", {}, FLAG),  # on a continuation line
     ("ARG --x=1 P=0123abcd\nFROM $P\n", {}, ID),
     # any other quoting is refused as written: an odd quote, a single quote, an escape inside
     ('FROM "3f2a\n', {}, PLAIN),
@@ -221,6 +222,7 @@ def test_an_image_of_another_preview_cannot_be_named_however_it_is_written(docke
     'ARG BASE_IMAGE=alpine:3.20\nFROM "$BASE_IMAGE" AS deps\nARG TAG=3.20\nFROM alpine:"${TAG}"\n'
     'ARG IMAGE="$BASE_IMAGE"\nFROM $IMAGE\n',
     "FROM alpine\nHEALTHCHECK --interval=30s --timeout=3s --start-period=5s CMD wget -qO- localhost || exit 1\n",
+    'FROM alpine\nHEALTHCHECK --interval="30s" CMD true\n',  # flags that feed nothing judged are not read
     # a mount's flag glued to the line's continuation (novu)
     "FROM node:20\nRUN --mount=type=cache,id=pnpm-store,target=/root/.pnpm-store\\\n  pnpm install\n",
 ])

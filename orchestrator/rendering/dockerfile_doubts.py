@@ -37,6 +37,7 @@ _ESCAPE_ANYWHERE = re.compile(r"^[ \t]*#[ \t]*escape[ \t]*=", re.IGNORECASE | re
 _FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
 _UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
 # The instructions whose flags name sources (FROM --platform aside): their flag words are judged
+_FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN", "ARG", "ENV")  # where a flag could change what is judged
 _KEYWORDS = frozenset({"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL",
                        "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"})
 # The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword
@@ -98,10 +99,11 @@ def _instruction_problem(logical: str, escape: str) -> str | None:
     # BuildKit takes ONBUILD's own flags (`ONBUILD -- RUN …` is a RUN to it) and refuses every real one
     if len(held) > 1 and not all(word.isascii() and word.isalpha() for word in held[1:]):
         return f"ONBUILD followed by anything but an instruction's keyword ({' '.join(held)[:40]})"
-    if keyword not in _KEYWORDS:  # a continuation line read alone (`  --prefix=/usr \\`) has no flags
+    # a continuation line read alone (`  --prefix=/usr \\`) has no flags; the others' flags feed nothing judged
+    if keyword not in _FLAGGED_INSTRUCTIONS:
         return None
-    # Every instruction's: BuildKit takes leading `--` words off each (ARG ignores them), reading quotes, escapes
-    # and bytes otherwise than the service's words (`ARG --x='\\'' P=3f2a` hid the ARG P)
+    # BuildKit takes leading `--` words off every instruction (ARG ignores them), reading quotes, escapes and bytes
+    # otherwise than the service's words (`ARG --x='\\'' P=3f2a` hid the ARG P)
     flags = list(itertools.takewhile(lambda w: w.startswith("--"), rest))
     for index, word in enumerate(flags):
         if index == len(rest) - 1 and word.endswith(escape):  # a line read alone that continues (`--mount=…\`):
