@@ -36,8 +36,9 @@ _ESCAPE_ANYWHERE = re.compile(r"^[ \t]*#[ \t]*escape[ \t]*=", re.IGNORECASE | re
 # taking quotes and backslashes away and the bytes 0x85 and 0xA0 of a UTF-8 character for spaces
 _FLAG_WORD = re.compile(r"--[\x21-\x7e]*")
 _UNSAFE_IN_FLAG = re.compile(r"[\"'\\`]")
-# The instructions whose flags name sources (FROM --platform aside): their flag words are judged
-_FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN", "ARG", "ENV")  # where a flag could change what is judged
+# The instructions whose flag words are judged: those whose flags name sources, and ARG and ENV, whose flags BuildKit
+# takes off before their variables (a flag it splits otherwise than the service would hide one)
+_FLAGGED_INSTRUCTIONS = ("FROM", "COPY", "ADD", "RUN", "ARG", "ENV")
 _KEYWORDS = frozenset({"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL",
                        "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"})
 # The two characters Go's strings.ToLower turns into ASCII letters (İ to i, the Kelvin sign to k): in a keyword

@@ -65,8 +65,8 @@ def repository_owned(
             continue
         args = build_args(build.get("args")) if isinstance(build, dict) else {}
         # the engine's own platform, unless the file chooses one (then TARGETARCH and the like are its choice)
-        chosen = isinstance(service, dict) and service.get("platform") or isinstance(build, dict) and build.get(
-            "platforms")
+        chosen = (isinstance(service, dict) and service.get("platform")) or (isinstance(build, dict)
+                                                                              and build.get("platforms"))
         platform = None if chosen else NATIVE_PLATFORM
         if isinstance(build, dict) and build.get("dockerfile_inline"):
             if found := text_problems(str(build["dockerfile_inline"]), shown, args, platform=platform):
