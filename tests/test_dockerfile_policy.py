@@ -310,7 +310,7 @@ def test_the_platform_s_arguments_are_judged_with_the_engine_s_own_platforms(hos
     """`FROM build-${TARGETARCH}` (Docker's multi-platform pattern: containerd, the docker CLI, vaultwarden) is judged
     with every value a native Linux engine gives it, where the compose file chooses no platform; a compose file's
     `platform` or `platforms` chooses the values, and then the file is refused as before."""
-    from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM
+    from orchestrator.rendering.dockerfile_variables import NATIVE_PLATFORM
 
     multi = ("FROM --platform=$BUILDPLATFORM golang:1.22 AS build\nFROM alpine AS binary-linux\n"
              "FROM scratch AS build_amd64\nFROM binary-$TARGETOS AS binary\nFROM build_${TARGETARCH}${TARGETVARIANT}\n")

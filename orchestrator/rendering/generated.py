@@ -19,7 +19,7 @@ from orchestrator.rendering.compose_document import (
     escape,
 )
 from orchestrator.rendering.dockerfile_cache import injected_problems, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM
+from orchestrator.rendering.dockerfile_variables import NATIVE_PLATFORM
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.startup import startup_service
 

@@ -24,7 +24,8 @@ from orchestrator.rendering.compose_document import (
 )
 from orchestrator.rendering.compose_policy import normalized_problems, raw_problems
 from orchestrator.rendering.dockerfile_cache import CacheMountRefused, keyed_cache_mounts, keyed_dockerfile
-from orchestrator.rendering.dockerfile_policy import NATIVE_PLATFORM, build_args, text_problems
+from orchestrator.rendering.dockerfile_policy import build_args, text_problems
+from orchestrator.rendering.dockerfile_variables import NATIVE_PLATFORM
 from orchestrator.rendering.plugin_host import PluginHost
 from orchestrator.rendering.routed_services import declared_routes, unroutable
 
