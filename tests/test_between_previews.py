@@ -538,7 +538,7 @@ def dockerfile_problems(path: Path) -> list[str]:
     from orchestrator.rendering.dockerfile_policy import judged_dockerfile
 
     try:
-        judged_dockerfile(path, "Dockerfile")
+        judged_dockerfile(path.parent, path, "Dockerfile")
     except ConfigError as exc:
         return exc.problems
     return []

@@ -120,5 +120,34 @@ def test_a_dockerfile_larger_than_the_limit_is_refused_whole(tmp_path: Path) -> 
     big = tmp_path / "Dockerfile"
     big.write_text("FROM busybox\n" + "# pad\n" * (MAX_DOCKERFILE_BYTES // 6) + "FROM 3f\n")
     with pytest.raises(ConfigError) as refused:
-        judged_dockerfile(big, "Dockerfile")
+        judged_dockerfile(tmp_path, big, "Dockerfile")
     assert refused.value.problems == ["Dockerfile is larger than 1024 KiB"]
+
+
+def test_a_dockerfile_is_read_beneath_its_checkout_and_no_link_swapped_in_is_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link the repository commits is followed once, inside it; one that leaves it, or one a process left running
+    swaps in after that check (realpath's answer stale), fails the read instead of reaching another file."""
+    import os
+
+    from orchestrator.common import checkout_paths
+    from orchestrator.plugin_api.preview_config import ConfigError
+    from orchestrator.rendering.dockerfile_policy import judged_dockerfile
+
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (repo / "good").mkdir(parents=True)
+    outside.mkdir()
+    (repo / "good" / "Dockerfile").write_text("FROM alpine\n")
+    (outside / "Dockerfile").write_text("FROM alpine\nRUN echo from-the-host\n")
+    (repo / "sub").symlink_to("good")
+    (repo / "away").symlink_to(outside)
+    assert judged_dockerfile(repo, repo / "sub" / "Dockerfile", "Dockerfile") == "FROM alpine\n"
+    with pytest.raises(ConfigError, match="not in the repository"):
+        judged_dockerfile(repo, repo / "away" / "Dockerfile", "Dockerfile")
+    # the link checked, then swapped: the read follows no link and fails
+    monkeypatch.setattr(checkout_paths.os.path, "realpath", lambda path: os.path.abspath(path))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        judged_dockerfile(repo, repo / "away" / "Dockerfile", "Dockerfile")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        judged_dockerfile(repo, repo / "sub" / "Dockerfile", "Dockerfile")
+    assert judged_dockerfile(repo, repo / "good" / "Dockerfile", "Dockerfile") == "FROM alpine\n"

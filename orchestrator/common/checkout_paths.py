@@ -10,6 +10,7 @@ and renaming it over the name: a rename replaces a link, it never writes through
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -93,6 +94,31 @@ def read_plain(directory: Path, name: str, limit: int = 1 << 20) -> str | None:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return None
         return handle.read(limit).decode("utf-8", errors="replace")
+
+
+def read_beneath(root: Path, path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`, a regular file inside `root`: its links resolved once (the file must then
+    be inside `root`), then opened from `root` one directory at a time with no link followed — a link swapped in
+    after the check (a process the pull request left running) makes the read fail, never reach another file.
+    OSError with the reason."""
+    base = os.path.realpath(root)
+    relative = os.path.relpath(os.path.realpath(path), base)
+    parts = relative.split(os.sep)
+    if relative == os.curdir or os.pardir in parts:
+        raise OSError(errno.EXDEV, "it is not in the repository")
+    directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=directory)
+    finally:
+        os.close(directory)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file")
+        return handle.read(limit + 1)
 
 
 def remove_tree(path: Path) -> None:

@@ -58,7 +58,7 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
     the Dockerfile's own directory, buildx bake's templates in its path). Read once and judged
     (`judged_dockerfile`, with `build_args` and `platform`): a process a build command left running could change the
     file between two reads. ConfigError with the problems."""
-    text = judged_dockerfile(dockerfile, shown, build_args, platform)
+    text = judged_dockerfile(repo_dir, dockerfile, shown, build_args, platform)
     try:
         keyed = keyed_cache_mounts(text, context.repository_cache_id, shown)
     except CacheMountRefused as exc:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from orchestrator.common.checkout_paths import read_beneath
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import BUILT_IMAGES
 from orchestrator.rendering.dockerfile_doubts import unreadable
@@ -38,12 +39,13 @@ IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{1,64}", re.IGNORECASE)
 _PLAIN_SOURCE = re.compile(r"[A-Za-z0-9._:/@+${}-]*")
 
 
-def judged_dockerfile(path: Path, shown: str, build_args: Mapping[str, str | None] | None = None,
+def judged_dockerfile(root: Path, path: Path, shown: str, build_args: Mapping[str, str | None] | None = None,
                       platform: Mapping[str, frozenset[str]] | None = None) -> str:
-    """A repository's Dockerfile at `path`, read once and judged (`text_problems`, with what its build passes as
-    `build_args`, and `platform`): the text to build from. ConfigError with the problems."""
+    """A repository's Dockerfile at `path`, inside the checkout `root`, read once (`read_beneath`: no link swapped in
+    after the check is followed) and judged (`text_problems`, with what its build passes as `build_args`, and
+    `platform`): the text to build from. ConfigError with the problems."""
     try:
-        data = path.read_bytes()
+        data = read_beneath(root, path, MAX_DOCKERFILE_BYTES)
     except OSError as exc:
         raise ConfigError([f"{shown} cannot be read ({exc.strerror})"]) from None
     if len(data) > MAX_DOCKERFILE_BYTES:  # BuildKit reads all of it: what is judged must be all of it
