@@ -151,3 +151,31 @@ def test_a_dockerfile_is_read_beneath_its_checkout_and_no_link_swapped_in_is_fol
     with pytest.raises(ConfigError, match="cannot be read"):
         judged_dockerfile(repo, repo / "sub" / "Dockerfile", "Dockerfile")
     assert judged_dockerfile(repo, repo / "good" / "Dockerfile", "Dockerfile") == "FROM alpine\n"
+
+
+def test_only_a_regular_file_of_one_link_is_read_and_nothing_else_is_opened(tmp_path: Path) -> None:
+    """A build command may leave a FIFO, a device node or a hard link to another file at a name the service reads:
+    the file is looked at through a descriptor that opens nothing, so a FIFO never blocks the flow, a device's
+    driver never runs, and a hard link (which may name any file of its file system) is refused."""
+    import os
+
+    from orchestrator.common.checkout_paths import UnsafeCheckout, check_links, read_beneath, read_plain
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "Dockerfile").write_text("FROM alpine\n")
+    os.mkfifo(repo / "fifo")
+    (repo / "dir").mkdir()
+    os.link(repo / "Dockerfile", repo / "linked")
+    before = len(os.listdir("/proc/self/fd"))
+    for name, reason in (("fifo", "not a regular file"), ("dir", "not a regular file"),
+                         ("linked", "other hard links"), ("Dockerfile", "other hard links")):
+        with pytest.raises(OSError, match=reason):
+            read_beneath(repo, repo / name, 1024)
+        assert read_plain(repo, name) is None
+    assert len(os.listdir("/proc/self/fd")) == before  # nothing left open on the way
+    os.unlink(repo / "linked")
+    assert read_beneath(repo, repo / "Dockerfile", 1024) == b"FROM alpine\n"
+    assert read_plain(repo, "Dockerfile") == "FROM alpine\n"
+    with pytest.raises(UnsafeCheckout, match="special files .* fifo"):
+        check_links(repo)

@@ -76,7 +76,7 @@ class BuildCommands:
             "--label", f"{DEPLOYMENT_LABEL}={deployment_id}", "--label", f"{ROLE_LABEL}={BUILD_ROLE}",
             "--label", f"{OWNER_LABEL}={self._env.marker}",
             "--cpus", "1", "--memory", "1g", "--pids-limit", "1024",
-            "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW",
+            "--security-opt", "no-new-privileges", "--cap-drop", "NET_RAW", "--cap-drop", "MKNOD",
             "--volume", f"{work_dir}:{WORKSPACE}", "--workdir", WORKSPACE,
             # HOME outside the checkout: tools' caches must not end up in the Docker build context.
             "--env", "HOME=/tmp", "--entrypoint", "/bin/sh", image, "-c", command,

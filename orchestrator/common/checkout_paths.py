@@ -36,33 +36,40 @@ def inside(root: Path, path: str | Path) -> bool:
         return False
 
 
-def links_leaving(root: Path) -> list[str]:
-    """Every symbolic link under `root` whose target, followed, is outside `root` (dangling ones included:
-    what they point at could be created later)."""
-    found: list[str] = []
+def _unsafe_entries(root: Path) -> tuple[list[str], list[str]]:
+    """Every symbolic link under `root` whose target, followed, is outside `root` (dangling ones included: what they
+    point at could be created later); and every device node, FIFO or socket (a build command's: opening one runs a
+    driver on the host, or waits)."""
+    links: list[str] = []
+    special: list[str] = []
     resolved_root = root.resolve()
     for directory, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(directory) / name
-            if not path.is_symlink():
+            mode = path.lstat().st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                special.append(str(path.relative_to(root)))
+            if not stat.S_ISLNK(mode):
                 continue
             try:
                 target = path.resolve()
             except (OSError, RuntimeError):  # a loop of links
-                found.append(str(path.relative_to(root)))
+                links.append(str(path.relative_to(root)))
                 continue
             if not target.is_relative_to(resolved_root):
-                found.append(str(path.relative_to(root)))
-    return sorted(found)
+                links.append(str(path.relative_to(root)))
+    return sorted(links), sorted(special)
 
 
 def check_links(root: Path) -> None:
-    """Raise UnsafeCheckout when the checkout links outside itself."""
-    found = links_leaving(root)
-    if found:
-        shown = ", ".join(found[:MAX_REPORTED]) + (f" and {len(found) - MAX_REPORTED} more"
-                                                   if len(found) > MAX_REPORTED else "")
-        raise UnsafeCheckout(f"The repository contains symbolic links that point outside it: {shown}")
+    """Raise UnsafeCheckout when the checkout links outside itself, or holds special files."""
+    links, special = _unsafe_entries(root)
+    for found, what in ((links, "symbolic links that point outside it"),
+                        (special, "special files (device nodes, FIFOs or sockets)")):
+        if found:
+            shown = ", ".join(found[:MAX_REPORTED]) + (f" and {len(found) - MAX_REPORTED} more"
+                                                       if len(found) > MAX_REPORTED else "")
+            raise UnsafeCheckout(f"The repository contains {what}: {shown}")
 
 
 def write_new(directory: Path, name: str, text: str, mode: int = 0o644) -> Path:
@@ -87,22 +94,46 @@ def write_new(directory: Path, name: str, text: str, mode: int = 0o644) -> Path:
 def read_plain(directory: Path, name: str, limit: int = 1 << 20) -> str | None:
     """The text of `directory/name` when it is a regular file (a link at that name is not followed), else None."""
     try:
-        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        parent = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        fd = _open_regular(name, parent)
     except OSError:
         return None
+    finally:
+        os.close(parent)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
         return handle.read(limit).decode("utf-8", errors="replace")
+
+
+def _open_regular(name: str, directory: int) -> int:
+    """`name` in the directory `directory` opened for reading, when it is a regular file with no other hard link:
+    looked at first through an O_PATH descriptor, which opens nothing (a device node's driver is never run, a FIFO
+    never waited on), then opened again through it. OSError otherwise."""
+    handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file")
+        if info.st_nlink != 1:  # a checkout's files have none; one the build user linked may be any file
+            raise OSError(errno.EPERM, "it has other hard links")
+        return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    finally:
+        os.close(handle)
 
 
 def read_beneath(root: Path, path: Path, limit: int) -> bytes:
     """At most `limit` + 1 bytes of `path`, a regular file inside `root`: its links resolved once (the file must then
     be inside `root`), then opened from `root` one directory at a time with no link followed — a link swapped in
-    after the check (a process the pull request left running) makes the read fail, never reach another file.
-    OSError with the reason."""
-    base = os.path.realpath(root)
-    relative = os.path.relpath(os.path.realpath(path), base)
+    after the check (a process the pull request left running) makes the read fail, never reach another file — and
+    read only once it is known to be a regular file with no other hard link (`_open_regular`). OSError with the
+    reason."""
+    try:
+        base = os.path.realpath(root)
+        relative = os.path.relpath(os.path.realpath(path), base)
+    except ValueError:  # a NUL in the path
+        raise OSError(errno.EINVAL, "its name cannot be read") from None
     parts = relative.split(os.sep)
     if relative == os.curdir or os.pardir in parts:
         raise OSError(errno.EXDEV, "it is not in the repository")
@@ -112,12 +143,10 @@ def read_beneath(root: Path, path: Path, limit: int) -> bytes:
             inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
             os.close(directory)
             directory = inner
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=directory)
+        fd = _open_regular(parts[-1], directory)
     finally:
         os.close(directory)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "it is not a regular file")
         return handle.read(limit + 1)
 
 

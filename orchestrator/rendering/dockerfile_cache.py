@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from orchestrator.common.checkout_paths import read_plain
+from orchestrator.common.checkout_paths import read_beneath
 from orchestrator.plugin_api.preview_config import ConfigError
 from orchestrator.plugin_api.types import CACHE_ID_PREFIX, RenderContext
 from orchestrator.rendering.compose_document import build_dir
@@ -64,9 +64,12 @@ def keyed_dockerfile(repo_dir: Path, dockerfile: Path, name: str, shown: str, co
     except CacheMountRefused as exc:
         raise ConfigError([str(exc)]) from None
     build_files[name] = text if keyed is None else keyed
-    ignore = read_plain(dockerfile.parent, f"{dockerfile.name}.dockerignore")
-    if ignore is not None and dockerfile.parent.resolve().is_relative_to(repo_dir.resolve()):
-        build_files[f"{name}.dockerignore"] = ignore
+    try:  # beneath the checkout too: its directory could be a link swapped in
+        ignore = read_beneath(repo_dir, dockerfile.parent / f"{dockerfile.name}.dockerignore", 1 << 20)
+    except OSError:
+        ignore = None  # none, or none the build may read
+    if ignore is not None:
+        build_files[f"{name}.dockerignore"] = ignore[: 1 << 20].decode("utf-8", errors="replace")
     return str(build_dir(repo_dir) / name)
 
 
