@@ -46,7 +46,10 @@ def _unsafe_entries(root: Path) -> tuple[list[str], list[str]]:
     for directory, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(directory) / name
-            mode = path.lstat().st_mode
+            try:
+                mode = path.lstat().st_mode
+            except OSError:  # gone since the walk listed it
+                continue
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
                 special.append(str(path.relative_to(root)))
             if not stat.S_ISLNK(mode):
@@ -92,7 +95,8 @@ def write_new(directory: Path, name: str, text: str, mode: int = 0o644) -> Path:
 
 
 def read_plain(directory: Path, name: str, limit: int = 1 << 20) -> str | None:
-    """The text of `directory/name` when it is a regular file (a link at that name is not followed), else None."""
+    """The text of `directory/name` when it is a regular file with no other hard link (a link at that name is not
+    followed, a special file never opened: `_open_regular`), else None."""
     try:
         parent = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -116,7 +120,7 @@ def _open_regular(name: str, directory: int) -> int:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "it is not a regular file")
-        if info.st_nlink != 1:  # a checkout's files have none; one the build user linked may be any file
+        if info.st_nlink != 1:  # a checkout's files have one; one the build user linked may name any file
             raise OSError(errno.EPERM, "it has other hard links")
         return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
     finally:
